@@ -1,0 +1,3 @@
+from .spawner import GPUSpawner
+
+__all__ = ["GPUSpawner"]

@@ -1,0 +1,101 @@
+"""The spawn form: which profiles a user may pick now, and why others are greyed out.
+
+The hub inserts the form unescaped, so escaping is ours: Jinja with
+autoescape on. Admin template folders come first, then the packaged one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import jinja2
+
+from .devices import GPU, describe
+from .limits import LimitExceeded, UserLimits
+from .pool import Grant, Usage
+from .profiles import Profile, default_profile
+
+TEMPLATE = "gpuspawner_form.html"
+
+
+@dataclass(frozen=True)
+class ProfileRow:
+    slug: str
+    display_name: str
+    description: str
+    hardware: str
+    reason: str
+    checked: bool = False
+
+
+def hardware(gpus: int, inventory: Sequence[GPU]) -> str:
+    if gpus == 0:
+        return "no GPU"
+    return describe(inventory[:1]).replace("1 ×", f"{gpus} ×", 1) + " each"
+
+
+def refusal(profile: Profile, limits: UserLimits, user: str, usage: Usage, free: int) -> str:
+    """Why `profile` cannot start now, or "" when it can."""
+    try:
+        limits.admit(profile.gpus, user, usage)
+    except LimitExceeded as exceeded:
+        return str(exceeded)
+    if profile.gpus > free:
+        return f"Needs {profile.gpus} free GPU(s); {free} free right now."
+    return ""
+
+
+def profile_rows(
+    profiles: Sequence[Profile],
+    limits: UserLimits,
+    user: str,
+    usage: Usage,
+    free: int,
+    inventory: Sequence[GPU],
+    previous: str | None,
+) -> list[ProfileRow]:
+    """The profiles this user may pick, each startable or with its reason."""
+    visible = [p for p in profiles if limits.may_pick(p.slug)]
+    reasons = {p.slug: refusal(p, limits, user, usage, free) for p in visible}
+    startable = [p.slug for p in visible if not reasons[p.slug]]
+    preferred = [previous, default_profile(profiles).slug, *startable]
+    checked = next((s for s in preferred if s in startable), None)
+    return [
+        ProfileRow(
+            p.slug,
+            p.display_name,
+            p.description,
+            hardware(p.gpus, inventory),
+            reasons[p.slug],
+            p.slug == checked,
+        )
+        for p in visible
+    ]
+
+
+def holdings(limits: UserLimits, user: str, usage: Usage, grants: Sequence[Grant]) -> str:
+    """ "You hold 1 of your 2 GPUs: GPU-… (server "train")."""
+    held = usage.by_user[user]
+    allowance = limits.max_gpus_per_user.value
+    if not held and allowance is None:
+        return ""
+    amount = f"{held} of your {allowance}" if allowance is not None else str(held)
+    servers = [
+        f"{', '.join(g.uuids)} ({_server_name(g.holder.server)})"
+        for g in grants
+        if g.holder.user == user
+    ]
+    return f"You hold {amount} GPU(s)" + (": " + "; ".join(servers) if servers else ".")
+
+
+def _server_name(server: str) -> str:
+    return f"server {server}" if server else "default server"
+
+
+def render(template_paths: Sequence[str], **context: object) -> str:
+    loader = jinja2.ChoiceLoader(
+        [jinja2.FileSystemLoader(list(template_paths)), jinja2.PackageLoader("gpuspawner")]
+    )
+    environment = jinja2.Environment(loader=loader, autoescape=True)
+    return environment.get_template(TEMPLATE).render(**context)

@@ -1,0 +1,233 @@
+"""Who may get how many GPUs: per-group limits, resolved per user, checked per request.
+
+Pure standard library. `LimitsTable.parse` turns the admin's `group_limits`
+and `default_limits` into checked values once, at hub start; `for_user`
+resolves one user's limits (the most generous of their groups' values);
+`admit` decides a request against what is held now, inside the pool's lock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from .pool import Usage
+
+DEFAULT_GROUP = "default_limits"
+
+COUNT_KEYS = ("max_gpus_per_server", "max_gpus_per_user", "max_gpus_group")
+DURATION_KEYS = ("gpu_idle_timeout", "idle_timeout", "max_age")
+
+
+class LimitsConfigError(ValueError):
+    """group_limits / default_limits is malformed: the hub must not start."""
+
+
+class LimitExceeded(Exception):
+    """A request over a limit. `key` and `group` name the limit for the user."""
+
+    def __init__(self, message: str, key: str, group: str | None) -> None:
+        super().__init__(message)
+        self.key, self.group = key, group
+
+
+@dataclass(frozen=True)
+class Limits:
+    """One group's limits. None means unlimited (for durations: never)."""
+
+    max_gpus_per_server: int | None = None
+    max_gpus_per_user: int | None = None
+    max_gpus_group: int | None = None
+    profiles: frozenset[str] | None = None
+    gpu_idle_timeout: float | None = None
+    idle_timeout: float | None = None
+    max_age: float | None = None
+
+
+LIMIT_KEYS = tuple(f.name for f in fields(Limits))
+
+
+@dataclass(frozen=True)
+class Limited:
+    """A resolved value and the group it came from, so refusals can name it."""
+
+    value: Any
+    group: str | None
+
+
+@dataclass(frozen=True)
+class UserLimits:
+    max_gpus_per_server: Limited
+    max_gpus_per_user: Limited
+    profiles: Limited
+    quotas: Mapping[str, int | None] = field(default_factory=dict)
+    durations: Mapping[str, Limited] = field(default_factory=dict)
+
+    def may_pick(self, slug: str) -> bool:
+        return self.profiles.value is None or slug in self.profiles.value
+
+    def admit(self, gpus: int, user: str, usage: Usage) -> str | None:
+        """Raise LimitExceeded, or return the quota group to charge (None: no quota)."""
+        if gpus == 0:
+            return None
+        per_server = self.max_gpus_per_server
+        if per_server.value is not None and gpus > per_server.value:
+            raise LimitExceeded(
+                f"This profile asks for {_gpus(gpus)}, but one server may hold at most "
+                f"{_gpus(per_server.value)} (max_gpus_per_server{_of(per_server.group)}). "
+                "Pick a smaller profile.",
+                "max_gpus_per_server",
+                per_server.group,
+            )
+        per_user = self.max_gpus_per_user
+        held = usage.by_user[user]
+        if per_user.value is not None and held + gpus > per_user.value:
+            raise LimitExceeded(
+                f"You already hold {_gpus(held)} of your {_gpus(per_user.value)} "
+                f"(max_gpus_per_user{_of(per_user.group)}); this profile asks for {gpus} more. "
+                "Stop one of your other servers first, or pick a smaller profile.",
+                "max_gpus_per_user",
+                per_user.group,
+            )
+        return self._charge(gpus, usage)
+
+    def _charge(self, gpus: int, usage: Usage) -> str | None:
+        if not self.quotas or any(q is None for q in self.quotas.values()):
+            return None
+        roomiest = max(self.quotas, key=lambda g: (self.quotas[g] or 0) - usage.by_group[g])
+        quota = self.quotas[roomiest] or 0
+        if usage.by_group[roomiest] + gpus > quota:
+            raise LimitExceeded(
+                f"{_members(roomiest)} already hold {usage.by_group[roomiest]} of their "
+                f"{_gpus(quota)} (max_gpus_group{_of(roomiest)}); this profile asks for "
+                f"{gpus} more. "
+                "Try again when a group member's server stops, or pick CPU only.",
+                "max_gpus_group",
+                roomiest,
+            )
+        return roomiest
+
+
+@dataclass(frozen=True)
+class LimitsTable:
+    groups: Mapping[str, Limits]
+    default: Limits
+    limit_admins: bool = False
+
+    @classmethod
+    def parse(
+        cls,
+        group_limits: Mapping[str, Any],
+        default_limits: Mapping[str, Any],
+        profile_slugs: Collection[str],
+        limit_admins: bool = False,
+    ) -> LimitsTable:
+        if not isinstance(group_limits, Mapping):
+            raise LimitsConfigError("c.GPUSpawner.group_limits must be a dict of group → limits")
+        default = _parse_limits(default_limits, "default_limits", None, profile_slugs)
+        groups = {
+            name: _parse_limits(raw, f"group_limits[{name!r}]", default, profile_slugs)
+            for name, raw in group_limits.items()
+        }
+        return cls(groups, default, limit_admins)
+
+    def for_user(self, groups: Iterable[str], admin: bool = False) -> UserLimits:
+        if admin and not self.limit_admins:
+            unlimited = Limited(None, "admin")
+            return UserLimits(unlimited, unlimited, unlimited)
+        listed = {g: self.groups[g] for g in sorted(set(groups)) if g in self.groups}
+        if not listed:
+            listed = {DEFAULT_GROUP: self.default}
+
+        def most_generous(key: str) -> Limited:
+            values = [(getattr(lim, key), name) for name, lim in listed.items()]
+            unlimited = [name for value, name in values if value is None]
+            if unlimited:
+                return Limited(None, unlimited[0])
+            return Limited(*max(values))
+
+        profiles = Limited(None, None)
+        if all(lim.profiles is not None for lim in listed.values()):
+            allowed = frozenset().union(*(lim.profiles or () for lim in listed.values()))
+            profiles = Limited(allowed, ", ".join(listed))
+        return UserLimits(
+            max_gpus_per_server=most_generous("max_gpus_per_server"),
+            max_gpus_per_user=most_generous("max_gpus_per_user"),
+            profiles=profiles,
+            quotas={name: lim.max_gpus_group for name, lim in listed.items()},
+            durations={key: most_generous(key) for key in DURATION_KEYS},
+        )
+
+
+def _parse_limits(
+    raw: Any, where: str, default: Limits | None, profile_slugs: Collection[str]
+) -> Limits:
+    if not isinstance(raw, Mapping):
+        raise LimitsConfigError(f"c.GPUSpawner.{where} must be a dict, got {type(raw).__name__}")
+    unknown = set(raw) - set(LIMIT_KEYS)
+    if unknown:
+        raise LimitsConfigError(
+            f"c.GPUSpawner.{where}: unknown key(s) {', '.join(sorted(map(str, unknown)))}; "
+            f"known keys: {', '.join(LIMIT_KEYS)}"
+        )
+    values: dict[str, Any] = {}
+    for key, value in raw.items():
+        if value is None:
+            values[key] = None
+        elif key in COUNT_KEYS:
+            values[key] = _count(value, f"{where}[{key!r}]")
+        elif key in DURATION_KEYS:
+            values[key] = _seconds(value, f"{where}[{key!r}]")
+        else:
+            values[key] = _profiles(value, f"{where}[{key!r}]", profile_slugs)
+    if default is not None:
+        # A group's quota is its own; every other key falls back to the default.
+        inherited = {
+            k: getattr(default, k) for k in LIMIT_KEYS if k not in raw and k != "max_gpus_group"
+        }
+        values = {**inherited, **values}
+    return Limits(**values)
+
+
+def _count(value: Any, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise LimitsConfigError(
+            f"c.GPUSpawner.{where} must be a whole number ≥ 0 or None, got {value!r}"
+        )
+    return value
+
+
+def _seconds(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        raise LimitsConfigError(
+            f"c.GPUSpawner.{where} must be a number of seconds > 0 or None, got {value!r}"
+        )
+    return float(value)
+
+
+def _profiles(value: Any, where: str, known: Collection[str]) -> frozenset[str]:
+    if isinstance(value, str) or not isinstance(value, Iterable):
+        raise LimitsConfigError(f"c.GPUSpawner.{where} must be a list of profile slugs")
+    slugs = frozenset(value)
+    unknown = slugs - set(known)
+    if unknown:
+        raise LimitsConfigError(
+            f"c.GPUSpawner.{where}: no profile with slug {', '.join(sorted(map(str, unknown)))}; "
+            f"profiles are: {', '.join(sorted(known))}"
+        )
+    return slugs
+
+
+def _gpus(n: int) -> str:
+    return f"{n} GPU" if n == 1 else f"{n} GPUs"
+
+
+def _of(group: str | None) -> str:
+    if group == DEFAULT_GROUP:
+        return " from default_limits"
+    return f" of group {group}" if group else ""
+
+
+def _members(group: str) -> str:
+    return "Users in no listed group" if group == DEFAULT_GROUP else f"Members of group {group}"
