@@ -8,6 +8,7 @@ is the ground truth after a hub restart.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -135,3 +136,10 @@ def read_server(inspected: Mapping[str, Any], by_index: Mapping[str, str]) -> Ru
     uuids = tuple(by_index.get(d, d) for d in requested_devices(inspected))
     name = inspected["Name"].lstrip("/")
     return RunningServer(holder, uuids, float(since) if since else None, name)
+
+
+def bridge_gateway(client: Any) -> str:
+    """The host's address on Docker's default bridge: where containers reach the hub."""
+    config = client.networks.get("bridge").attrs["IPAM"]["Config"][0]
+    # dockerd 20.10 leaves Gateway out of the default bridge's IPAM config; it is the first host.
+    return config.get("Gateway") or str(next(ipaddress.ip_network(config["Subnet"]).hosts()))

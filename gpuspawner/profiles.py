@@ -149,8 +149,14 @@ def choose_profile(
     )
 
 
+JSON_KINDS = {bool: "true/false", int: "a number", float: "a number", str: "text", list: "a list"}
+
+
 def _kind(value: Any) -> str:
-    return "null" if value is None else f"a {type(value).__name__}"
+    """What a JSON value is, in the words of someone writing JSON."""
+    if value is None:
+        return "null"
+    return JSON_KINDS.get(type(value), "an object" if isinstance(value, Mapping) else "a list")
 
 
 def _shown(text: str, limit: int = 40) -> str:

@@ -9,6 +9,9 @@ gone), and which may run more than once.
 from __future__ import annotations
 
 import asyncio
+import functools
+import sys
+from types import SimpleNamespace
 from typing import Any
 
 from dockerspawner import DockerSpawner
@@ -16,7 +19,7 @@ from jupyterhub.spawner import SpawnException
 from traitlets import Bool, Dict, Enum, Integer, List, TraitError, Unicode, Union, default, validate
 
 from . import containers, form, hubgpus
-from .devices import describe
+from .devices import NoGPUSourceError, describe
 from .limits import LimitExceeded, UserLimits
 from .pool import PLACEMENT_POLICIES, Grant, Holder, NotEnoughGPUs
 from .profiles import InvalidUserOptions, Profile, choose_profile
@@ -289,3 +292,53 @@ def _options_from_form(formdata: dict[str, list[str]]) -> dict[str, Any]:
         for key, values in formdata.items()
         if key != "_xsrf"
     }
+
+
+def _prepare_hub(app: Any) -> None:
+    """Check the GPU config and rebuild the pool, before the hub serves anyone.
+
+    A config error stops the hub with one line that says what to fix.
+    """
+    # No user yet: DockerSpawner needs a name to render container names as its config loads.
+    spawner = app.spawner_class(config=app.config, user=SimpleNamespace(name="hub-start"))
+    try:
+        hub = hubgpus.current(spawner)
+    except (ValueError, NoGPUSourceError) as error:
+        app.log.critical("gpuspawner: %s", error)
+        app.exit(1)
+    hub.recover(spawner._running_containers(), app.log)
+    app.log.info(
+        "gpuspawner: %d GPU(s) in the pool (%s), %d free",
+        len(hub.gpus),
+        describe(hub.gpus),
+        hub.pool.free_count(),
+    )
+
+
+def _run_at_hub_start() -> None:
+    """Have a hub that uses GPUSpawner call `_prepare_hub` before it sets up its spawners.
+
+    JupyterHub has no start-up hook for spawners, and it imports this module
+    while it constructs itself, before its config is read. So the one place
+    with the whole config, before any spawn is served, is the hub's own
+    `init_spawners` step: wrapped here once, and doing nothing in a hub
+    that uses another spawner.
+    """
+    from jupyterhub.app import JupyterHub
+
+    original = JupyterHub.init_spawners
+    if getattr(original, "gpuspawner", False):
+        return
+
+    @functools.wraps(original)
+    async def init_spawners(app: Any) -> Any:
+        if isinstance(app.spawner_class, type) and issubclass(app.spawner_class, GPUSpawner):
+            _prepare_hub(app)
+        return await original(app)
+
+    init_spawners.gpuspawner = True  # type: ignore[attr-defined]
+    JupyterHub.init_spawners = init_spawners  # type: ignore[method-assign]
+
+
+if "jupyterhub.app" in sys.modules:
+    _run_at_hub_start()

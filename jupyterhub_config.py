@@ -1,0 +1,75 @@
+# A working gpuspawner hub: run `jupyterhub -f jupyterhub_config.py` (or scripts/hub).
+#
+# Everything below is ordinary JupyterHub / DockerSpawner config plus the
+# GPUSpawner traits. Environment variables make the demo run anywhere;
+# on your server, write the values in directly.
+import os
+
+import docker
+
+from gpuspawner.containers import bridge_gateway
+
+c = get_config()  # noqa: F821  (provided by JupyterHub)
+
+# --- Spawner ---------------------------------------------------------------
+c.JupyterHub.spawner_class = "gpu"
+
+# On a machine without NVIDIA GPUs (a laptop, CI) run on simulated ones.
+c.GPUSpawner.simulate_gpus = int(os.environ.get("GPUSPAWNER_SIMULATE_GPUS", "0"))
+# c.GPUSpawner.exclude_gpus = [7]   # keep GPU 7 for jobs outside JupyterHub
+
+c.GPUSpawner.image = os.environ.get("GPUSPAWNER_NOTEBOOK_IMAGE", "gpuspawner-notebook:latest")
+c.GPUSpawner.pull_policy = "ifnotpresent"
+c.GPUSpawner.mem_limit = "16G"
+
+c.GPUSpawner.profiles = [
+    {
+        "display_name": "CPU only",
+        "slug": "cpu",
+        "gpus": 0,
+        "description": "Editing, data preparation, small experiments.",
+    },
+    {
+        "display_name": "1 GPU",
+        "slug": "gpu-1",
+        "gpus": 1,
+        "default": True,
+        "description": "Most notebooks: fine-tuning, inference, coursework.",
+    },
+    {
+        "display_name": "2 GPUs",
+        "slug": "gpu-2",
+        "gpus": 2,
+        "description": "Data-parallel training on a GPU pair.",
+        "spawner_override": {"mem_limit": "64G"},
+    },
+    {
+        "display_name": "4 GPUs",
+        "slug": "gpu-4",
+        "gpus": 4,
+        "description": "Large models. Please stop the server when your run ends.",
+        "spawner_override": {"mem_limit": "128G"},
+    },
+]
+
+# Students: one GPU each, at most 2 for the whole course at once.
+# Researchers: up to 4 GPUs per person. Everyone else: CPU or one GPU.
+c.GPUSpawner.default_limits = {"max_gpus_per_user": 1, "profiles": ["cpu", "gpu-1"]}
+c.GPUSpawner.group_limits = {
+    "students": {"max_gpus_per_server": 1, "max_gpus_per_user": 1, "max_gpus_group": 2},
+    "researchers": {"max_gpus_per_user": 4, "profiles": ["cpu", "gpu-1", "gpu-2", "gpu-4"]},
+}
+c.JupyterHub.load_groups = {
+    "students": {"users": ["student1", "student2", "student3"]},
+    "researchers": {"users": ["alice", "bob"]},
+}
+
+# --- Networking: containers reach the hub over Docker's bridge --------------
+c.JupyterHub.hub_ip = os.environ.get("GPUSPAWNER_HUB_IP") or bridge_gateway(docker.from_env())
+c.JupyterHub.bind_url = os.environ.get("GPUSPAWNER_BIND_URL", "http://127.0.0.1:8000")
+
+# --- Authentication: replace with your site's (OAuthenticator, LDAP, PAM …) --
+c.JupyterHub.authenticator_class = "dummy"
+c.DummyAuthenticator.password = os.environ.get("GPUSPAWNER_DEMO_PASSWORD", "gpu-demo")
+c.Authenticator.allow_all = True
+c.Authenticator.admin_users = {"admin"}

@@ -1,0 +1,236 @@
+"""A real JupyterHub (its own process, configurable-http-proxy, dockerd) for the tests.
+
+Each hub gets its own folder, ports and container prefix, so hubs in one
+test run never see each other's servers. Tests talk to it as users and
+admins do: the REST API, the login and spawn pages, `docker inspect`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import docker
+import requests
+
+from gpuspawner.containers import bridge_gateway
+
+NOTEBOOK_IMAGE = os.environ.get("GPUSPAWNER_NOTEBOOK_IMAGE", "gpuspawner-notebook:latest")
+PASSWORD = "test-password"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def base_config(token: str, prefix: str, hub_ip: str) -> str:
+    return textwrap.dedent(
+        f"""
+        c = get_config()
+        c.JupyterHub.spawner_class = "gpu"
+        c.GPUSpawner.image = {NOTEBOOK_IMAGE!r}
+        c.GPUSpawner.prefix = {prefix!r}
+        c.GPUSpawner.pull_policy = "never"
+        c.GPUSpawner.poll_interval = 1
+        c.GPUSpawner.start_timeout = 60
+        c.GPUSpawner.http_timeout = 60
+        c.JupyterHub.hub_ip = {hub_ip!r}
+        c.JupyterHub.hub_port = {free_port()}
+        c.JupyterHub.bind_url = "http://127.0.0.1:{free_port()}"
+        c.ConfigurableHTTPProxy.api_url = "http://127.0.0.1:{free_port()}"
+        c.JupyterHub.allow_named_servers = True
+        c.JupyterHub.named_server_limit_per_user = 20
+        c.JupyterHub.authenticator_class = "dummy"
+        c.DummyAuthenticator.password = {PASSWORD!r}
+        c.Authenticator.allow_all = True
+        c.Authenticator.admin_users = {{"admin"}}
+        c.JupyterHub.services = [{{"name": "tests", "api_token": {token!r}}}]
+        c.JupyterHub.load_roles = [
+            {{"name": "tests", "scopes": ["admin:users", "admin:servers", "admin:groups",
+              "read:metrics", "access:servers"], "services": ["tests"]}},
+        ]
+        """
+    )
+
+
+@dataclass
+class Hub:
+    workdir: Path
+    config: str
+    token: str = field(default_factory=lambda: secrets.token_hex(16))
+    prefix: str = field(default_factory=lambda: f"gst{secrets.token_hex(3)}")
+    process: subprocess.Popen | None = None
+
+    def __post_init__(self) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.config_file = self.workdir / "jupyterhub_config.py"
+        hub_ip = bridge_gateway(docker.from_env())
+        full = base_config(self.token, self.prefix, hub_ip) + textwrap.dedent(self.config)
+        self.config_file.write_text(full)
+        self.url = re.search(r'bind_url = "([^"]+)"', full).group(1)
+        self.log_file = self.workdir / "hub.log"
+        self.docker = docker.from_env()
+
+    # --- process -----------------------------------------------------------
+    def start(self, wait: bool = True) -> Hub:
+        log = self.log_file.open("a")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "jupyterhub", "-f", str(self.config_file), "--debug"],
+            cwd=self.workdir,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        if wait:
+            self.wait_until_up()
+        return self
+
+    def wait_until_up(self, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"hub exited with {self.process.returncode}:\n{self.log()}")
+            try:
+                if requests.get(f"{self.url}/hub/api/", timeout=2).ok:
+                    return
+            except requests.ConnectionError:
+                pass
+            time.sleep(0.2)
+        raise TimeoutError(f"hub did not answer in {timeout}s:\n{self.log()}")
+
+    def stop(self) -> None:
+        """A graceful stop: SIGTERM, as systemd does."""
+        if self.process and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(60)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def kill(self) -> None:
+        """kill -9 of the hub and its proxy: nothing gets to clean up."""
+        if self.process and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(10)
+
+    def remove_containers(self) -> None:
+        for container in self.containers(all=True):
+            container.remove(force=True)
+
+    def log(self) -> str:
+        return self.log_file.read_text(errors="replace") if self.log_file.exists() else ""
+
+    # --- REST API ----------------------------------------------------------
+    def api(self, method: str, path: str, **kwargs: Any) -> requests.Response:
+        headers = {"Authorization": f"token {self.token}", **kwargs.pop("headers", {})}
+        return requests.request(
+            method, f"{self.url}/hub/api{path}", headers=headers, timeout=30, **kwargs
+        )
+
+    def add_users(self, *names: str, groups: dict[str, list[str]] | None = None) -> None:
+        self.api("POST", "/users", json={"usernames": list(names)})
+        for group, members in (groups or {}).items():
+            self.api("POST", f"/groups/{group}")
+            self.api("POST", f"/groups/{group}/users", json={"users": members})
+
+    def spawn(self, user: str, server: str = "", **user_options: Any) -> requests.Response:
+        path = f"/users/{user}/servers/{server}"
+        return self.api("POST", path, json={"user_options": user_options})
+
+    def spawn_ready(self, user: str, server: str = "", **user_options: Any) -> dict:
+        response = self.spawn(user, server, **user_options)
+        assert response.status_code in (201, 202), response.text
+        return self.wait_ready(user, server)
+
+    def wait_ready(self, user: str, server: str = "", timeout: float = 90) -> dict:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            model = self.server_model(user, server)
+            if model and model.get("ready"):
+                return model
+            if model is None or not model.get("pending"):
+                raise AssertionError(f"{user}/{server} is not starting:\n{self.log()[-4000:]}")
+            time.sleep(0.3)
+        raise TimeoutError(f"{user}/{server} not ready in {timeout}s")
+
+    def server_model(self, user: str, server: str = "") -> dict | None:
+        response = self.api("GET", f"/users/{user}")
+        response.raise_for_status()
+        return response.json()["servers"].get(server)
+
+    def stop_server(self, user: str, server: str = "", timeout: float = 60) -> None:
+        response = self.api("DELETE", f"/users/{user}/servers/{server}")
+        assert response.status_code in (202, 204), response.text
+        deadline = time.monotonic() + timeout
+        while self.server_model(user, server) is not None:
+            assert time.monotonic() < deadline, f"{user}/{server} did not stop"
+            time.sleep(0.3)
+
+    def wait_gone(self, user: str, server: str = "", timeout: float = 30) -> None:
+        deadline = time.monotonic() + timeout
+        while self.server_model(user, server) is not None:
+            assert time.monotonic() < deadline, f"{user}/{server} still listed"
+            time.sleep(0.3)
+
+    # --- As a person in a browser session ----------------------------------
+    def login(self, user: str) -> requests.Session:
+        """A logged-in session, as after the login page (with its XSRF cookie)."""
+        session = requests.Session()
+        session.get(f"{self.url}/hub/login", timeout=30)
+        response = session.post(
+            f"{self.url}/hub/login",
+            data={"username": user, "password": PASSWORD, "_xsrf": session.cookies["_xsrf"]},
+            timeout=30,
+        )
+        response.raise_for_status()
+        return session
+
+    def submit_form(self, session: requests.Session, user: str, server: str = "", **fields: str):
+        """Post the spawn form as the browser does, with the page's XSRF token."""
+        return session.post(
+            f"{self.url}/hub/spawn/{user}/{server}",
+            data={**fields, "_xsrf": session.cookies["_xsrf"]},
+            timeout=60,
+        )
+
+    # --- Docker ------------------------------------------------------------
+    def containers(self, all: bool = False) -> list:
+        return [
+            c
+            for c in self.docker.containers.list(all=all, filters={"label": "gpuspawner.user"})
+            if c.name.startswith(self.prefix)
+        ]
+
+    def container_of(self, user: str, server: str = "") -> Any:
+        for container in self.containers():
+            labels = container.labels
+            if labels["gpuspawner.user"] == user and labels["gpuspawner.server"] == server:
+                return container
+        raise AssertionError(f"no running container for {user}/{server}")
+
+    def visible_devices(self, user: str, server: str = "") -> str | None:
+        """NVIDIA_VISIBLE_DEVICES as the container's init process has it (Docker sets it there)."""
+        container = self.container_of(user, server)
+        container.reload()
+        environ = Path(f"/proc/{container.attrs['State']['Pid']}/environ").read_bytes()
+        for entry in environ.split(b"\0"):
+            name, _, value = entry.decode().partition("=")
+            if name == "NVIDIA_VISIBLE_DEVICES":
+                return value
+        return None
+
+    def held_uuids(self, user: str, server: str = "") -> list[str]:
+        value = self.visible_devices(user, server)
+        return [] if value in (None, "void") else value.split(",")
