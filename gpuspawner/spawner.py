@@ -110,6 +110,15 @@ class GPUSpawner(DockerSpawner):
 
     gpu_grant: Grant | None = None
 
+    @classmethod
+    def from_config(cls, config: Any) -> GPUSpawner:
+        """The spawner's settings outside any user's spawn: hub start, CLI tools.
+
+        DockerSpawner renders container names from a user as its config
+        loads, so this one gets a stand-in user name.
+        """
+        return cls(config=config, user=SimpleNamespace(name="gpuspawner"))
+
     @default("remove")
     def _default_remove(self) -> bool:
         return True
@@ -299,8 +308,7 @@ def _prepare_hub(app: Any) -> None:
 
     A config error stops the hub with one line that says what to fix.
     """
-    # No user yet: DockerSpawner needs a name to render container names as its config loads.
-    spawner = app.spawner_class(config=app.config, user=SimpleNamespace(name="hub-start"))
+    spawner = app.spawner_class.from_config(app.config)
     try:
         hub = hubgpus.current(spawner)
     except (ValueError, NoGPUSourceError) as error:

@@ -1,3 +1,5 @@
+import json
+
 import pynvml
 import pytest
 from nvml_double import FakeGPU, FakeNVML
@@ -7,6 +9,7 @@ from gpuspawner.devices import (
     NoGPUSourceError,
     NvmlSource,
     SimulatedSource,
+    Telemetry,
     describe,
     discover,
 )
@@ -50,7 +53,92 @@ def test_excluding_an_unknown_gpu_is_a_config_error():
         discover(SimulatedSource(2), [9])
 
 
+def test_a_gpu_unreadable_at_start_is_left_out_and_named(caplog):
+    nvml = FakeNVML([FakeGPU("GPU-aaa", lost=True), FakeGPU("GPU-bbb")])
+    assert [g.uuid for g in NvmlSource(nvml).list_gpus()] == ["GPU-bbb"]
+    assert "GPU 0 left out of the pool: NVML says GPU is lost" in caplog.text
+
+
 def test_describe():
     gpus = SimulatedSource(2).list_gpus()
     assert describe(gpus) == "2 × NVIDIA H100 80GB HBM3 · 80 GiB"
     assert describe([]) == "no GPU"
+
+
+def fake(**changes) -> tuple[FakeNVML, NvmlSource]:
+    """Two GPUs found at start; then the first one changes."""
+    nvml = FakeNVML([FakeGPU("GPU-aaa"), FakeGPU("GPU-bbb")])
+    source = NvmlSource(nvml)
+    source.list_gpus()
+    for name, value in changes.items():
+        setattr(nvml.gpus[0], name, value)
+    return nvml, source
+
+
+def test_nvml_telemetry():
+    _, source = fake(utilization=87, memory_used=2**30, temperature=71, processes=[4242])
+    sample = source.sample(["GPU-aaa"])["GPU-aaa"]
+    assert sample == Telemetry(87.0, 2**30, 71.0, 90.0, (4242,), None)
+    assert sample.busy
+    assert not source.sample(["GPU-bbb"])["GPU-bbb"].busy
+
+
+def test_values_a_board_does_not_report_stay_empty():
+    _, source = fake(power_mw=None, ecc_uncorrected=None)
+    sample = source.sample(["GPU-aaa"])["GPU-aaa"]
+    assert sample.power_watts is None and sample.health is None
+
+
+@pytest.mark.parametrize(
+    ("gpu", "health"),
+    [
+        ({"lost": True}, "lost: the GPU has fallen off the bus"),
+        ({"reset_required": True}, "needs a reset"),
+        ({"ecc_uncorrected": 3}, "3 uncorrectable ECC error(s)"),
+        ({"retirement_pending": True}, "memory page retirement pending: reset the GPU"),
+    ],
+)
+def test_health_follows_nvml_and_recovers_with_it(gpu, health):
+    nvml, source = fake(**gpu)
+    assert source.sample(["GPU-aaa"])["GPU-aaa"].health == health
+    assert source.sample(["GPU-bbb"])["GPU-bbb"].health is None
+    nvml.gpus[0] = FakeGPU("GPU-aaa")
+    assert source.sample(["GPU-aaa"])["GPU-aaa"].health is None
+
+
+def test_a_vanished_gpu_is_unhealthy_not_a_crash():
+    nvml, source = fake()
+    del nvml.gpus[0]
+    assert source.sample(["GPU-aaa"])["GPU-aaa"].health == "not found by the driver"
+
+
+def test_critical_xids_mark_a_gpu_and_application_xids_do_not():
+    nvml, source = fake()
+    nvml.pending_xids = [(1, 13), (0, 79)]  # 13: a program's fault; 79: fallen off the bus
+    samples = source.sample(["GPU-aaa", "GPU-bbb"])
+    assert samples["GPU-aaa"].health == "critical XID 79 reported"
+    assert samples["GPU-bbb"].health is None
+    assert source.sample(["GPU-aaa"])["GPU-aaa"].health == "critical XID 79 reported"
+
+
+def test_drivers_without_events_still_sample():
+    nvml = FakeNVML([FakeGPU("GPU-aaa")], events_supported=False)
+    source = NvmlSource(nvml)
+    assert source.sample(["GPU-aaa"])["GPU-aaa"].health is None
+
+
+def test_simulated_gpus_idle_unless_the_load_file_says_otherwise(tmp_path):
+    load = tmp_path / "load.json"
+    source = SimulatedSource(2, load_file=str(load))
+    uuids = [g.uuid for g in source.list_gpus()]
+    assert not source.sample(uuids)[uuids[0]].busy  # no file yet
+    load.write_text(
+        json.dumps(
+            {uuids[0]: {"utilization_percent": 93, "processes": [7]}, "1": {"health": "lost"}}
+        )
+    )
+    samples = source.sample(uuids)
+    assert samples[uuids[0]].busy and samples[uuids[0]].utilization_percent == 93
+    assert samples[uuids[1]].health == "lost"
+    load.write_text("{not json")
+    assert not source.sample(uuids)[uuids[0]].busy
