@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import jinja2
 
 from .devices import GPU, describe
-from .limits import LimitExceeded, UserLimits
+from .limits import LimitExceeded, UserLimits, count_gpus
 from .pool import Grant, Usage
 from .profiles import Profile, default_profile
 
@@ -75,18 +75,20 @@ def profile_rows(
 
 
 def holdings(limits: UserLimits, user: str, usage: Usage, grants: Sequence[Grant]) -> str:
-    """ "You hold 1 of your 2 GPUs: GPU-… (server "train")."""
+    """For example "You hold 1 of your 2 GPUs: GPU-… (server train)."."""
     held = usage.by_user[user]
     allowance = limits.max_gpus_per_user.value
     if not held and allowance is None:
         return ""
-    amount = f"{held} of your {allowance}" if allowance is not None else str(held)
+    amount = count_gpus(held)
+    if allowance is not None:
+        amount = f"{held} of your {count_gpus(allowance)}"
     servers = [
         f"{', '.join(g.uuids)} ({_server_name(g.holder.server)})"
         for g in grants
         if g.holder.user == user
     ]
-    return f"You hold {amount} GPU(s)" + (": " + "; ".join(servers) if servers else ".")
+    return f"You hold {amount}" + (": " + "; ".join(servers) + "." if servers else ".")
 
 
 def _server_name(server: str) -> str:

@@ -91,10 +91,12 @@ class HubGPUs:
 _current: HubGPUs | None = None
 
 
-def current(config: GPUConfig) -> HubGPUs:
-    """This process's HubGPUs, built on first use."""
+def current(config: GPUConfig | None = None) -> HubGPUs:
+    """This process's HubGPUs, built on first use (which needs the config)."""
     global _current
     if _current is None:
+        if config is None:
+            raise RuntimeError("the GPU pool is built by the first GPUSpawner, not here")
         _current = HubGPUs.from_config(config)
     return _current
 

@@ -74,8 +74,8 @@ class UserLimits:
         per_server = self.max_gpus_per_server
         if per_server.value is not None and gpus > per_server.value:
             raise LimitExceeded(
-                f"This profile asks for {_gpus(gpus)}, but one server may hold at most "
-                f"{_gpus(per_server.value)} (max_gpus_per_server{_of(per_server.group)}). "
+                f"This profile asks for {count_gpus(gpus)}, but one server may hold at most "
+                f"{count_gpus(per_server.value)} (max_gpus_per_server{_of(per_server.group)}). "
                 "Pick a smaller profile.",
                 "max_gpus_per_server",
                 per_server.group,
@@ -84,7 +84,7 @@ class UserLimits:
         held = usage.by_user[user]
         if per_user.value is not None and held + gpus > per_user.value:
             raise LimitExceeded(
-                f"You already hold {_gpus(held)} of your {_gpus(per_user.value)} "
+                f"You already hold {count_gpus(held)} of your {count_gpus(per_user.value)} "
                 f"(max_gpus_per_user{_of(per_user.group)}); this profile asks for {gpus} more. "
                 "Stop one of your other servers first, or pick a smaller profile.",
                 "max_gpus_per_user",
@@ -100,7 +100,7 @@ class UserLimits:
         if usage.by_group[roomiest] + gpus > quota:
             raise LimitExceeded(
                 f"{_members(roomiest)} already hold {usage.by_group[roomiest]} of their "
-                f"{_gpus(quota)} (max_gpus_group{_of(roomiest)}); this profile asks for "
+                f"{count_gpus(quota)} (max_gpus_group{_of(roomiest)}); this profile asks for "
                 f"{gpus} more. "
                 "Try again when a group member's server stops, or pick CPU only.",
                 "max_gpus_group",
@@ -219,7 +219,8 @@ def _profiles(value: Any, where: str, known: Collection[str]) -> frozenset[str]:
     return slugs
 
 
-def _gpus(n: int) -> str:
+def count_gpus(n: int) -> str:
+    """ "1 GPU", "2 GPUs": the words users read in refusals and on the form."""
     return f"{n} GPU" if n == 1 else f"{n} GPUs"
 
 

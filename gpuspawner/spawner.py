@@ -18,7 +18,7 @@ from dockerspawner import DockerSpawner
 from jupyterhub.spawner import SpawnException
 from traitlets import Bool, Dict, Enum, Integer, List, TraitError, Unicode, Union, default, validate
 
-from . import containers, form, hubgpus
+from . import containers, form, handlers, hubgpus
 from .devices import NoGPUSourceError, describe
 from .limits import LimitExceeded, UserLimits
 from .pool import PLACEMENT_POLICIES, Grant, Holder, NotEnoughGPUs
@@ -315,6 +315,7 @@ def _prepare_hub(app: Any) -> None:
         app.log.critical("gpuspawner: %s", error)
         app.exit(1)
     hub.recover(spawner._running_containers(), app.log)
+    app.tornado_application.add_handlers(".*$", handlers.handlers(app.hub_prefix))
     app.log.info(
         "gpuspawner: %d GPU(s) in the pool (%s), %d free",
         len(hub.gpus),

@@ -145,6 +145,16 @@ class Hub:
             self.api("POST", f"/groups/{group}")
             self.api("POST", f"/groups/{group}/users", json={"users": members})
 
+    def pool(self) -> dict:
+        """The pool as the hub reports it to admins (GET /hub/api/gpus)."""
+        response = self.api("GET", "/gpus")
+        response.raise_for_status()
+        return response.json()
+
+    def held_by(self, user: str) -> list[str]:
+        """UUIDs the pool says `user` holds, across all their servers."""
+        return [g["uuid"] for g in self.pool()["gpus"] if (g["holder"] or {}).get("user") == user]
+
     def spawn(self, user: str, server: str = "", **user_options: Any) -> requests.Response:
         path = f"/users/{user}/servers/{server}"
         return self.api("POST", path, json={"user_options": user_options})

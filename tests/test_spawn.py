@@ -142,7 +142,7 @@ def test_the_form_shows_availability_and_spawns_the_choice(hub: Hub):
         r'<label class="gpu-profile is-disabled"[^>]*profile-gpu-2.*?</label>', cat_page, re.S
     )
     assert gpu2 and "Needs 2 free GPU(s); 1 free right now." in gpu2.group(0)
-    assert "You hold 1 GPU(s)" in cat_page
+    assert "You hold 1 GPU: GPU-" in cat_page and "(server one)" in cat_page
     hub.stop_server("bob", "viaform")
     hub.stop_server("cat", "one")
 
