@@ -18,8 +18,9 @@ class PoolAPIHandler(APIHandler):
 
     @needs_scope("admin:servers")
     def get(self) -> None:
+        hub = hubgpus.current()
         self.set_header("Content-Type", "application/json")
-        self.write(json.dumps(pool_report(hubgpus.current(), {}, self._last_activity)))
+        self.write(json.dumps(pool_report(hub, hub.telemetry, self._last_activity)))
 
     def _last_activity(self, user: str, server: str) -> Any:
         found = self.find_user(user)

@@ -9,12 +9,11 @@ request is never handed out again.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from . import containers
-from .devices import GPU, GPUSource, NvmlSource, SimulatedSource, discover
+from .devices import GPU, GPUSource, NvmlSource, SimulatedSource, Telemetry, discover
 from .limits import LimitsTable
 from .pool import Pool
 from .profiles import Profile, parse_profiles
@@ -24,6 +23,7 @@ class GPUConfig(Protocol):
     """The GPUSpawner traits the pool is built from."""
 
     simulate_gpus: int
+    simulated_load_file: str
     exclude_gpus: list[Any]
     placement: str
     profiles: list[Any]
@@ -40,13 +40,18 @@ class HubGPUs:
     profiles: list[Profile]
     limits: LimitsTable
     source: GPUSource
-    recovered: bool = field(default=False)
+    recovered: bool = False
+    telemetry: dict[str, Telemetry] = field(default_factory=dict)  # the monitor's latest
 
     @classmethod
     def from_config(cls, config: GPUConfig, source: GPUSource | None = None) -> HubGPUs:
         """Check the whole GPU config; any error here must stop the hub."""
         if source is None:
-            source = SimulatedSource(config.simulate_gpus) if config.simulate_gpus else NvmlSource()
+            source = (
+                SimulatedSource(config.simulate_gpus, load_file=config.simulated_load_file)
+                if config.simulate_gpus
+                else NvmlSource()
+            )
         gpus, excluded = discover(source, config.exclude_gpus)
         profiles = parse_profiles(config.profiles, len(gpus))
         limits = LimitsTable.parse(
@@ -61,16 +66,16 @@ class HubGPUs:
     def uuid_by_index(self) -> dict[str, str]:
         return {str(g.index): g.uuid for g in (*self.gpus, *self.excluded)}
 
-    def recover(self, inspected_containers: Iterable[dict[str, Any]], log: logging.Logger) -> None:
-        """Adopt the GPUs of our running servers; mark GPUs used by other containers busy."""
+    def recover(self, running: list[dict[str, Any]], log: logging.Logger) -> None:
+        """At hub start: adopt the GPUs of our running servers, and note everyone else's.
+
+        Only at start: later, the hub's own polls and stops keep the books,
+        and a periodic adoption could resurrect a server that just stopped.
+        """
         by_index = self.uuid_by_index()
-        external: dict[str, str] = {}
-        for inspected in inspected_containers:
+        for inspected in running:
             server = containers.read_server(inspected, by_index)
             if server is None:
-                name = inspected["Name"].lstrip("/")
-                for device in containers.requested_devices(inspected):
-                    external[by_index.get(device, device)] = f"container {name}"
                 continue
             grant = self.pool.adopt(server.holder, server.uuids, server.since)
             log.info(
@@ -79,13 +84,30 @@ class HubGPUs:
                 ", ".join(grant.uuids) or "none",
                 server.container,
             )
-        self.pool.set_external(external)
-        if external:
-            log.warning(
-                "gpuspawner: GPU(s) used outside JupyterHub, kept out of the pool: %s",
-                ", ".join(f"{u} ({who})" for u, who in sorted(external.items())),
-            )
+        self.note_external(running, {}, log)
         self.recovered = True
+
+    def note_external(
+        self, running: list[dict[str, Any]], foreign_processes: dict[str, str], log: logging.Logger
+    ) -> None:
+        """Keep GPUs used outside JupyterHub out of the pool: other containers' device
+        requests (by UUID or index), and `foreign_processes` (uuid → who)."""
+        by_index = self.uuid_by_index()
+        external = dict(foreign_processes)
+        for inspected in running:
+            if containers.read_server(inspected, by_index) is None:
+                name = inspected["Name"].lstrip("/")
+                for device in containers.requested_devices(inspected):
+                    external[by_index.get(device, device)] = f"container {name}"
+        before = {u: self.pool.external_user(u) for u in self.pool.uuids}
+        self.pool.set_external(external)
+        for uuid in self.pool.uuids:
+            now = self.pool.external_user(uuid)
+            if now != before[uuid]:
+                if now:
+                    log.warning("gpuspawner: %s is used outside JupyterHub (%s)", uuid, now)
+                else:
+                    log.info("gpuspawner: %s is no longer used outside JupyterHub", uuid)
 
 
 _current: HubGPUs | None = None

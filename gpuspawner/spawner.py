@@ -16,11 +16,24 @@ from typing import Any
 
 from dockerspawner import DockerSpawner
 from jupyterhub.spawner import SpawnException
-from traitlets import Bool, Dict, Enum, Integer, List, TraitError, Unicode, Union, default, validate
+from traitlets import (
+    Bool,
+    Dict,
+    Enum,
+    Float,
+    Integer,
+    List,
+    TraitError,
+    Unicode,
+    Union,
+    default,
+    validate,
+)
 
 from . import containers, form, handlers, hubgpus
 from .devices import NoGPUSourceError, describe
 from .limits import LimitExceeded, UserLimits
+from .monitor import Monitor
 from .pool import PLACEMENT_POLICIES, Grant, Holder, NotEnoughGPUs
 from .profiles import InvalidUserOptions, Profile, choose_profile
 
@@ -35,6 +48,31 @@ class GPUSpawner(DockerSpawner):
         limits and the Docker device requests work as on a GPU server. Leave at
         0 on a real GPU server. Example: `c.GPUSpawner.simulate_gpus = 8`.
         """,
+    )
+    simulated_load_file = Unicode(
+        "",
+        config=True,
+        help="""With simulate_gpus: a JSON file that makes simulated GPUs look busy, hot or broken.
+
+        An object from GPU UUID or index to any of `utilization_percent`,
+        `memory_used_gib`, `temperature_celsius`, `power_watts`, `processes`
+        (a list of PIDs) and `health` (a reason: the GPU is then unhealthy).
+        Read on every monitor tick. Example: `{"0": {"utilization_percent": 95}}`.
+        """,
+    )
+    monitor_interval = Float(
+        10.0,
+        config=True,
+        help="""Seconds between two looks at Docker and NVML (telemetry, health,
+        GPUs used outside JupyterHub, GPU activity).""",
+    )
+    avoid_gpus_with_foreign_processes = Bool(
+        False,
+        config=True,
+        help="""Keep a free GPU out of new allocations while NVML shows compute
+        processes on it that no server of the hub runs (a colleague's job
+        started outside JupyterHub). GPUs named in other containers' device
+        requests are always kept out.""",
     )
     exclude_gpus = List(
         Union([Unicode(), Integer()]),
@@ -136,6 +174,12 @@ class GPUSpawner(DockerSpawner):
     def _default_options_form(self) -> Any:
         return GPUSpawner._render_form
 
+    @default("apply_user_options")
+    def _default_apply_user_options(self) -> Any:
+        # start() checks and applies user_options itself, on every start; this only
+        # tells JupyterHub they are handled (else it warns of "unhandled user_options").
+        return lambda spawner, user_options: None
+
     @default("options_from_form")
     def _default_options_from_form(self) -> Any:
         return _options_from_form
@@ -144,7 +188,7 @@ class GPUSpawner(DockerSpawner):
     def hub_gpus(self) -> hubgpus.HubGPUs:
         hub = hubgpus.current(self)
         if not hub.recovered:
-            hub.recover(self._running_containers(), self.log)
+            hub.recover(containers.running_gpu_containers(self.client), self.log)
         return hub
 
     @property
@@ -227,8 +271,21 @@ class GPUSpawner(DockerSpawner):
         try:
             return await super().start()
         except BaseException:
+            await self._discard_container()
             self._release()
             raise
+
+    async def _discard_container(self) -> None:
+        """Remove a container a failed start created: it must not linger, nor restart later."""
+        if not self.object_id:
+            return
+        try:
+            await self.remove_object()
+        except Exception:
+            self.log.exception(
+                "gpuspawner: could not remove %s after a failed start", self.object_id
+            )
+        self.object_id = ""
 
     def docker(self, method: str, *args: Any, **kwargs: Any) -> Any:
         if method == "create_container":
@@ -281,18 +338,6 @@ class GPUSpawner(DockerSpawner):
             state.get("gpu_since"),
         )
 
-    def _running_containers(self) -> list[dict[str, Any]]:
-        """Every running container that holds GPUs or is ours, inspected (blocking, once)."""
-        client = self.client
-        found = []
-        for summary in client.containers():
-            inspected = client.inspect_container(summary["Id"])
-            if containers.requested_devices(inspected) or containers.LABEL_USER in (
-                inspected["Config"].get("Labels") or {}
-            ):
-                found.append(inspected)
-        return found
-
 
 def _options_from_form(formdata: dict[str, list[str]]) -> dict[str, Any]:
     """Form fields as user_options, unchecked: validation happens at every start."""
@@ -314,7 +359,14 @@ def _prepare_hub(app: Any) -> None:
     except (ValueError, NoGPUSourceError) as error:
         app.log.critical("gpuspawner: %s", error)
         app.exit(1)
-    hub.recover(spawner._running_containers(), app.log)
+    hub.recover(containers.running_gpu_containers(spawner.client), app.log)
+    Monitor(
+        hub,
+        spawner.client,
+        app.log,
+        spawner.monitor_interval,
+        spawner.avoid_gpus_with_foreign_processes,
+    ).start()
     app.tornado_application.add_handlers(".*$", handlers.handlers(app.hub_prefix))
     app.log.info(
         "gpuspawner: %d GPU(s) in the pool (%s), %d free",

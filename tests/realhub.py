@@ -65,6 +65,26 @@ def base_config(token: str, prefix: str, hub_ip: str) -> str:
     )
 
 
+def restart_dockerd(timeout: float = 60) -> None:
+    """Restart the Docker engine the way it was started (systemd, or by scripts/testbed)."""
+    systemd = subprocess.run(["systemctl", "is-active", "--quiet", "docker"], capture_output=True)
+    if systemd.returncode == 0:
+        subprocess.run(["systemctl", "restart", "docker"], check=True)
+    else:
+        pid = int(Path("/var/run/docker.pid").read_text())
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while Path(f"/proc/{pid}").exists():
+            assert time.monotonic() < deadline, "dockerd did not stop"
+            time.sleep(0.2)
+        with open("/var/log/dockerd.log", "a") as log:
+            subprocess.Popen(["dockerd"], stdout=log, stderr=log, start_new_session=True)
+    deadline = time.monotonic() + timeout
+    while subprocess.run(["docker", "info"], capture_output=True).returncode != 0:
+        assert time.monotonic() < deadline, "dockerd did not come back"
+        time.sleep(0.3)
+
+
 @dataclass
 class Hub:
     workdir: Path
@@ -216,6 +236,19 @@ class Hub:
         )
 
     # --- Docker ------------------------------------------------------------
+    def wait_for(self, condition: Any, timeout: float = 30, what: str = "condition") -> Any:
+        """Poll `condition()` until it returns something true; the hub's polls take a moment."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            result = condition()
+            if result:
+                return result
+            time.sleep(0.3)
+        raise TimeoutError(f"{what} not met in {timeout}s:\n{self.log()[-3000:]}")
+
+    def gpu_states(self) -> dict[str, str]:
+        return {g["uuid"]: g["state"] for g in self.pool()["gpus"]}
+
     def containers(self, all: bool = False) -> list:
         return [
             c

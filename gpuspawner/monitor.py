@@ -1,0 +1,125 @@
+"""The hub's eyes on the machine: every few seconds, Docker and NVML, read off the event loop.
+
+Each tick reads the running containers and one telemetry sample per GPU in a
+worker thread, then, back on the hub's loop, keeps out of the pool the GPUs
+that are unhealthy or used outside JupyterHub, and hands the observation to
+listeners (activity and culling). A failing read is logged and the tick
+skipped; it never stops the hub or a server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from tornado.ioloop import PeriodicCallback
+
+from . import containers
+from .devices import Telemetry
+from .hubgpus import HubGPUs
+
+
+@dataclass(frozen=True)
+class Observation:
+    telemetry: dict[str, Telemetry]
+    running: list[dict[str, Any]] | None  # None: Docker did not answer this time
+    docker_error: str | None = None
+
+
+Listener = Callable[[Observation], Awaitable[None] | None]
+
+
+@dataclass
+class Monitor:
+    hub: HubGPUs
+    docker_client: Any
+    log: logging.Logger
+    interval_seconds: float = 10.0
+    avoid_foreign_processes: bool = False
+    listeners: list[Listener] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix="gpuspawner-monitor")
+        self._callback: PeriodicCallback | None = None
+
+    def start(self) -> None:
+        self._callback = PeriodicCallback(self.tick, self.interval_seconds * 1000)
+        self._callback.start()
+
+    def stop(self) -> None:
+        if self._callback is not None:
+            self._callback.stop()
+
+    async def tick(self) -> None:
+        try:
+            loop = asyncio.get_running_loop()
+            observation = await loop.run_in_executor(self._executor, self.observe)
+            self.apply(observation)
+            for listener in self.listeners:
+                result = listener(observation)
+                if result is not None:
+                    await result
+        except Exception:
+            self.log.exception("gpuspawner: monitor tick failed; trying again next tick")
+
+    def observe(self) -> Observation:
+        """Blocking reads, for a worker thread."""
+        try:
+            telemetry = self.hub.source.sample(self.hub.pool.uuids)
+        except Exception as error:
+            self.log.warning("gpuspawner: could not read GPU telemetry: %s", error)
+            telemetry = {}
+        try:
+            running = containers.running_gpu_containers(self.docker_client)
+        except Exception as error:
+            return Observation(telemetry, None, str(error))
+        return Observation(telemetry, running)
+
+    def apply(self, observation: Observation) -> None:
+        self.hub.telemetry = observation.telemetry
+        self._follow_health(observation.telemetry)
+        if observation.running is None:
+            self.log.warning(
+                "gpuspawner: Docker did not answer (%s); GPUs used outside JupyterHub "
+                "are as last seen",
+                observation.docker_error,
+            )
+            return
+        self.hub.note_external(
+            observation.running, self._foreign_processes(observation.telemetry), self.log
+        )
+
+    def _follow_health(self, telemetry: dict[str, Telemetry]) -> None:
+        pool = self.hub.pool
+        for uuid, sample in telemetry.items():
+            was = pool.unhealthy_reason(uuid)
+            if sample.health == was:
+                continue
+            grant = next((g for g in pool.grants() if uuid in g.uuids), None)
+            if sample.health:
+                pool.mark_unhealthy(uuid, sample.health)
+                held = f"; {grant.holder.key} holds it and keeps running" if grant else ""
+                self.log.warning(
+                    "gpuspawner: %s is unhealthy (%s): no new server gets it%s",
+                    uuid,
+                    sample.health,
+                    held,
+                )
+            else:
+                pool.mark_healthy(uuid)
+                self.log.info("gpuspawner: %s is healthy again (was: %s)", uuid, was)
+
+    def _foreign_processes(self, telemetry: dict[str, Telemetry]) -> dict[str, str]:
+        """Free GPUs with compute processes: no server of ours runs them."""
+        if not self.avoid_foreign_processes:
+            return {}
+        held = {uuid for grant in self.hub.pool.grants() for uuid in grant.uuids}
+        return {
+            uuid: f"processes {', '.join(map(str, sample.processes))} outside JupyterHub"
+            for uuid, sample in telemetry.items()
+            if sample.processes and uuid not in held
+        }
