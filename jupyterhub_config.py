@@ -8,6 +8,7 @@ import os
 import docker
 
 from gpuspawner.containers import bridge_gateway
+from gpuspawner.culling import idle_culler_service
 
 c = get_config()  # noqa: F821  (provided by JupyterHub)
 
@@ -52,13 +53,37 @@ c.GPUSpawner.profiles = [
     },
 ]
 
-# Students: one GPU each, at most 2 for the whole course at once.
-# Researchers: up to 4 GPUs per person. Everyone else: CPU or one GPU.
-c.GPUSpawner.default_limits = {"max_gpus_per_user": 1, "profiles": ["cpu", "gpu-1"]}
-c.GPUSpawner.group_limits = {
-    "students": {"max_gpus_per_server": 1, "max_gpus_per_user": 1, "max_gpus_group": 2},
-    "researchers": {"max_gpus_per_user": 4, "profiles": ["cpu", "gpu-1", "gpu-2", "gpu-4"]},
+# Students: one GPU each, at most 2 for the whole course at once, back after 1 h of idle GPU.
+# Researchers: up to 4 GPUs per person, for at most 3 days a server.
+# Everyone else: CPU or one GPU. Idle notebooks stop after 2 h (CPU-only ones after 8 h).
+HOUR = 3600
+c.GPUSpawner.default_limits = {
+    "max_gpus_per_user": 1,
+    "profiles": ["cpu", "gpu-1"],
+    "idle_timeout": 2 * HOUR,
+    "cpu_idle_timeout": 8 * HOUR,
+    "gpu_idle_timeout": 4 * HOUR,
 }
+c.GPUSpawner.group_limits = {
+    "students": {
+        "max_gpus_per_server": 1,
+        "max_gpus_per_user": 1,
+        "max_gpus_group": 2,
+        "gpu_idle_timeout": 1 * HOUR,
+    },
+    "researchers": {
+        "max_gpus_per_user": 4,
+        "profiles": ["cpu", "gpu-1", "gpu-2", "gpu-4"],
+        "max_age": 72 * HOUR,
+    },
+}
+
+# --- Culling: jupyterhub-idle-culler, with each server's group idle timeout -----
+# The hub's GPU monitor counts busy GPUs as activity, so the culler spares a
+# training run that prints nothing; gpu_idle_timeout and max_age it enforces itself.
+culler, culler_role = idle_culler_service(timeout=24 * HOUR, cull_every=60)
+c.JupyterHub.services = [culler]
+c.JupyterHub.load_roles = [culler_role]
 c.JupyterHub.load_groups = {
     "students": {"users": ["student1", "student2", "student3"]},
     "researchers": {"users": ["alice", "bob"]},

@@ -52,10 +52,6 @@ class Telemetry:
     processes: tuple[int, ...] = ()
     health: str | None = None
 
-    @property
-    def busy(self) -> bool:
-        return bool(self.processes) or (self.utilization_percent or 0) > 0
-
 
 class GPUSource(Protocol):
     """Where the inventory and the telemetry come from."""

@@ -17,7 +17,7 @@ from .pool import Usage
 DEFAULT_GROUP = "default_limits"
 
 COUNT_KEYS = ("max_gpus_per_server", "max_gpus_per_user", "max_gpus_group")
-DURATION_KEYS = ("gpu_idle_timeout", "idle_timeout", "max_age")
+DURATION_KEYS = ("gpu_idle_timeout", "idle_timeout", "cpu_idle_timeout", "max_age")
 
 
 class LimitsConfigError(ValueError):
@@ -42,6 +42,7 @@ class Limits:
     profiles: frozenset[str] | None = None
     gpu_idle_timeout: float | None = None
     idle_timeout: float | None = None
+    cpu_idle_timeout: float | None = None
     max_age: float | None = None
 
 
@@ -75,7 +76,8 @@ class UserLimits:
         if per_server.value is not None and gpus > per_server.value:
             raise LimitExceeded(
                 f"This profile asks for {count_gpus(gpus)}, but one server may hold at most "
-                f"{count_gpus(per_server.value)} (max_gpus_per_server{_of(per_server.group)}). "
+                f"{count_gpus(per_server.value)} "
+                f"(max_gpus_per_server{from_group(per_server.group)}). "
                 "Pick a smaller profile.",
                 "max_gpus_per_server",
                 per_server.group,
@@ -85,7 +87,8 @@ class UserLimits:
         if per_user.value is not None and held + gpus > per_user.value:
             raise LimitExceeded(
                 f"You already hold {count_gpus(held)} of your {count_gpus(per_user.value)} "
-                f"(max_gpus_per_user{_of(per_user.group)}); this profile asks for {gpus} more. "
+                f"(max_gpus_per_user{from_group(per_user.group)}); "
+                f"this profile asks for {gpus} more. "
                 "Stop one of your other servers first, or pick a smaller profile.",
                 "max_gpus_per_user",
                 per_user.group,
@@ -100,7 +103,8 @@ class UserLimits:
         if usage.by_group[roomiest] + gpus > quota:
             raise LimitExceeded(
                 f"{_members(roomiest)} already hold {usage.by_group[roomiest]} of their "
-                f"{count_gpus(quota)} (max_gpus_group{_of(roomiest)}); this profile asks for "
+                f"{count_gpus(quota)} (max_gpus_group{from_group(roomiest)}); "
+                "this profile asks for "
                 f"{gpus} more. "
                 "Try again when a group member's server stops, or pick CPU only.",
                 "max_gpus_group",
@@ -224,7 +228,8 @@ def count_gpus(n: int) -> str:
     return f"{n} GPU" if n == 1 else f"{n} GPUs"
 
 
-def _of(group: str | None) -> str:
+def from_group(group: str | None) -> str:
+    """ " of group students" / " from default_limits": where a limit came from."""
     if group == DEFAULT_GROUP:
         return " from default_limits"
     return f" of group {group}" if group else ""

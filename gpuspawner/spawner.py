@@ -9,144 +9,30 @@ gone), and which may run more than once.
 from __future__ import annotations
 
 import asyncio
-import functools
 import sys
+import time
 from types import SimpleNamespace
 from typing import Any
 
 from dockerspawner import DockerSpawner
 from jupyterhub.spawner import SpawnException
-from traitlets import (
-    Bool,
-    Dict,
-    Enum,
-    Float,
-    Integer,
-    List,
-    TraitError,
-    Unicode,
-    Union,
-    default,
-    validate,
-)
+from jupyterhub.utils import utcnow
+from traitlets import TraitError, default, validate
 
-from . import containers, form, handlers, hubgpus
-from .devices import NoGPUSourceError, describe
-from .limits import LimitExceeded, UserLimits
-from .monitor import Monitor
-from .pool import PLACEMENT_POLICIES, Grant, Holder, NotEnoughGPUs
+from . import containers, form, hubgpus
+from .culling import duration, notice
+from .devices import describe
+from .hubstart import run_at_hub_start
+from .limits import Limited, LimitExceeded, UserLimits, from_group
+from .pool import Grant, Holder, NotEnoughGPUs
 from .profiles import InvalidUserOptions, Profile, choose_profile
+from .settings import GPUSettings
 
 
-class GPUSpawner(DockerSpawner):
-    simulate_gpus = Integer(
-        0,
-        config=True,
-        help="""Run on this many simulated GPUs instead of asking NVML.
-
-        For demos and tests on machines without GPUs: the pool, the form, the
-        limits and the Docker device requests work as on a GPU server. Leave at
-        0 on a real GPU server. Example: `c.GPUSpawner.simulate_gpus = 8`.
-        """,
-    )
-    simulated_load_file = Unicode(
-        "",
-        config=True,
-        help="""With simulate_gpus: a JSON file that makes simulated GPUs look busy, hot or broken.
-
-        An object from GPU UUID or index to any of `utilization_percent`,
-        `memory_used_gib`, `temperature_celsius`, `power_watts`, `processes`
-        (a list of PIDs) and `health` (a reason: the GPU is then unhealthy).
-        Read on every monitor tick. Example: `{"0": {"utilization_percent": 95}}`.
-        """,
-    )
-    monitor_interval = Float(
-        10.0,
-        config=True,
-        help="""Seconds between two looks at Docker and NVML (telemetry, health,
-        GPUs used outside JupyterHub, GPU activity).""",
-    )
-    avoid_gpus_with_foreign_processes = Bool(
-        False,
-        config=True,
-        help="""Keep a free GPU out of new allocations while NVML shows compute
-        processes on it that no server of the hub runs (a colleague's job
-        started outside JupyterHub). GPUs named in other containers' device
-        requests are always kept out.""",
-    )
-    exclude_gpus = List(
-        Union([Unicode(), Integer()]),
-        config=True,
-        help="""GPUs to keep out of the pool, by UUID ("GPU-…") or NVML index.
-
-        For a GPU reserved for the host's display or for jobs outside
-        JupyterHub. Example: `c.GPUSpawner.exclude_gpus = [7]`.
-        """,
-    )
-    placement = Enum(
-        list(PLACEMENT_POLICIES),
-        "packed",
-        config=True,
-        help="""How to choose GPUs for a server.
-
-        "packed" (default) fills partly used GPU pairs and quads first, keeping
-        whole aligned blocks free for multi-GPU servers; "spread" keeps
-        servers apart instead.
-        """,
-    )
-    profiles = List(
-        Dict(),
-        config=True,
-        help="""The choices on the spawn form, in KubeSpawner's profile_list shape.
-
-        Each entry: `display_name`, `slug`, `description`, `default`, `gpus`
-        (a count), `spawner_override` (settings for that profile, such as
-        `image`, `mem_limit`, `cpu_limit`). Empty: CPU only, 1, 2, 4 and all
-        GPUs. Example::
-
-            c.GPUSpawner.profiles = [
-                {"display_name": "CPU only", "slug": "cpu", "gpus": 0},
-                {"display_name": "1 × H100", "slug": "gpu-1", "gpus": 1, "default": True,
-                 "spawner_override": {"mem_limit": "64G"}},
-            ]
-        """,
-    )
-    group_limits = Dict(
-        config=True,
-        help="""Limits per JupyterHub group: group name → dict of limits.
-
-        Keys: `max_gpus_per_server`, `max_gpus_per_user`, `max_gpus_group` (all
-        members together), `profiles` (slugs the group may pick). A key left
-        out takes its value from `default_limits`. A user in several groups
-        gets the most generous value of each. Example::
-
-            c.GPUSpawner.group_limits = {
-                "students": {"max_gpus_per_user": 1, "max_gpus_group": 4},
-                "researchers": {"max_gpus_per_user": 4},
-            }
-        """,
-    )
-    default_limits = Dict(
-        config=True,
-        help="""Limits for users in no group listed in `group_limits`, and the
-        defaults for keys a listed group leaves out. Same keys as
-        `group_limits`; `max_gpus_group` here caps all users in no listed group
-        together. Empty: unlimited.
-        """,
-    )
-    limit_admins = Bool(
-        False,
-        config=True,
-        help="Apply group limits to hub admins too. By default admins are unlimited.",
-    )
-    form_template_paths = List(
-        Unicode(),
-        config=True,
-        help="""Folders searched for `gpuspawner_form.html` before the packaged
-        template, to restyle the spawn form.""",
-    )
-
+class GPUSpawner(GPUSettings, DockerSpawner):
     gpu_grant: Grant | None = None
+    stop_notice: str | None = None  # why a policy stopped this server, for its next spawn page
+    idle_limit: Limited | None = None  # the group's idle timeout, for jupyterhub-idle-culler
 
     @classmethod
     def from_config(cls, config: Any) -> GPUSpawner:
@@ -218,7 +104,11 @@ class GPUSpawner(DockerSpawner):
             ),
             holdings=form.holdings(limits, self.user.name, usage, hub.pool.grants()),
             images=list(self._get_allowed_images()),
-            notices=[],
+            notices=[
+                spawner.state["stop_notice"]
+                for spawner in self.user.orm_user.orm_spawners.values()
+                if spawner.server is None and (spawner.state or {}).get("stop_notice")
+            ],
         )
 
     def _chosen_profile(self) -> Profile:
@@ -262,6 +152,9 @@ class GPUSpawner(DockerSpawner):
         profile = self._chosen_profile()
         self._apply_overrides(dict(profile.spawner_override))
         self.gpu_grant = self._allocate(profile)
+        self.stop_notice = None
+        key = "idle_timeout" if profile.gpus else "cpu_idle_timeout"
+        self.idle_limit = self._user_limits().durations[key]
         self.log.info(
             "gpuspawner: %s gets %s (%s)",
             self.holder_key,
@@ -319,16 +212,38 @@ class GPUSpawner(DockerSpawner):
         super().clear_state()
         self._release()
 
+    async def stop(self, now: bool = False) -> None:
+        self._note_idle_cull()
+        await super().stop(now)
+
+    def _note_idle_cull(self) -> None:
+        """A stop past the group's idle timeout is jupyterhub-idle-culler's: say so."""
+        limit, last = self.idle_limit, self.orm_spawner.last_activity
+        if self.stop_notice or limit is None or limit.value is None or last is None:
+            return
+        idle = (utcnow(with_tz=False) - last).total_seconds()
+        if idle >= limit.value:
+            reason = f"it was idle for {duration(idle)} (idle_timeout{from_group(limit.group)})"
+            self.stop_notice = notice(self.name, time.time(), reason)
+
     def get_state(self) -> dict[str, Any]:
         state = super().get_state()
         if self.gpu_grant is not None:
             state["gpus"] = list(self.gpu_grant.uuids)
             state["gpu_quota_group"] = self.gpu_grant.holder.quota_group
             state["gpu_since"] = self.gpu_grant.since
+        if self.idle_limit is not None and self.idle_limit.value is not None:
+            state["idle_timeout"] = self.idle_limit.value
+            state["idle_timeout_group"] = self.idle_limit.group
+        if self.stop_notice:
+            state["stop_notice"] = self.stop_notice
         return state
 
     def load_state(self, state: dict[str, Any]) -> None:
         super().load_state(state)
+        self.stop_notice = state.get("stop_notice")
+        if "idle_timeout" in state:
+            self.idle_limit = Limited(state["idle_timeout"], state.get("idle_timeout_group"))
         if "gpus" not in state:
             return
         pool = self.hub_gpus.pool
@@ -348,58 +263,5 @@ def _options_from_form(formdata: dict[str, list[str]]) -> dict[str, Any]:
     }
 
 
-def _prepare_hub(app: Any) -> None:
-    """Check the GPU config and rebuild the pool, before the hub serves anyone.
-
-    A config error stops the hub with one line that says what to fix.
-    """
-    spawner = app.spawner_class.from_config(app.config)
-    try:
-        hub = hubgpus.current(spawner)
-    except (ValueError, NoGPUSourceError) as error:
-        app.log.critical("gpuspawner: %s", error)
-        app.exit(1)
-    hub.recover(containers.running_gpu_containers(spawner.client), app.log)
-    Monitor(
-        hub,
-        spawner.client,
-        app.log,
-        spawner.monitor_interval,
-        spawner.avoid_gpus_with_foreign_processes,
-    ).start()
-    app.tornado_application.add_handlers(".*$", handlers.handlers(app.hub_prefix))
-    app.log.info(
-        "gpuspawner: %d GPU(s) in the pool (%s), %d free",
-        len(hub.gpus),
-        describe(hub.gpus),
-        hub.pool.free_count(),
-    )
-
-
-def _run_at_hub_start() -> None:
-    """Have a hub that uses GPUSpawner call `_prepare_hub` before it sets up its spawners.
-
-    JupyterHub has no start-up hook for spawners, and it imports this module
-    while it constructs itself, before its config is read. So the one place
-    with the whole config, before any spawn is served, is the hub's own
-    `init_spawners` step: wrapped here once, and doing nothing in a hub
-    that uses another spawner.
-    """
-    from jupyterhub.app import JupyterHub
-
-    original = JupyterHub.init_spawners
-    if getattr(original, "gpuspawner", False):
-        return
-
-    @functools.wraps(original)
-    async def init_spawners(app: Any) -> Any:
-        if isinstance(app.spawner_class, type) and issubclass(app.spawner_class, GPUSpawner):
-            _prepare_hub(app)
-        return await original(app)
-
-    init_spawners.gpuspawner = True  # type: ignore[attr-defined]
-    JupyterHub.init_spawners = init_spawners  # type: ignore[method-assign]
-
-
-if "jupyterhub.app" in sys.modules:
-    _run_at_hub_start()
+if "jupyterhub.app" in sys.modules:  # loaded by a hub: check and rebuild before it serves
+    run_at_hub_start(GPUSpawner)

@@ -79,8 +79,7 @@ def test_nvml_telemetry():
     _, source = fake(utilization=87, memory_used=2**30, temperature=71, processes=[4242])
     sample = source.sample(["GPU-aaa"])["GPU-aaa"]
     assert sample == Telemetry(87.0, 2**30, 71.0, 90.0, (4242,), None)
-    assert sample.busy
-    assert not source.sample(["GPU-bbb"])["GPU-bbb"].busy
+    assert source.sample(["GPU-bbb"])["GPU-bbb"] == Telemetry(0.0, 0, 40.0, 90.0, (), None)
 
 
 def test_values_a_board_does_not_report_stay_empty():
@@ -131,14 +130,14 @@ def test_simulated_gpus_idle_unless_the_load_file_says_otherwise(tmp_path):
     load = tmp_path / "load.json"
     source = SimulatedSource(2, load_file=str(load))
     uuids = [g.uuid for g in source.list_gpus()]
-    assert not source.sample(uuids)[uuids[0]].busy  # no file yet
+    assert source.sample(uuids)[uuids[0]] == SimulatedSource.IDLE  # no file yet
     load.write_text(
         json.dumps(
             {uuids[0]: {"utilization_percent": 93, "processes": [7]}, "1": {"health": "lost"}}
         )
     )
     samples = source.sample(uuids)
-    assert samples[uuids[0]].busy and samples[uuids[0]].utilization_percent == 93
+    assert samples[uuids[0]].utilization_percent == 93 and samples[uuids[0]].processes == (7,)
     assert samples[uuids[1]].health == "lost"
     load.write_text("{not json")
-    assert not source.sample(uuids)[uuids[0]].busy
+    assert source.sample(uuids)[uuids[0]] == SimulatedSource.IDLE
