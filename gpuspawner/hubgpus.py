@@ -66,16 +66,21 @@ class HubGPUs:
     def uuid_by_index(self) -> dict[str, str]:
         return {str(g.index): g.uuid for g in (*self.gpus, *self.excluded)}
 
-    def recover(self, running: list[dict[str, Any]], log: logging.Logger) -> None:
+    def recover(
+        self, running: list[dict[str, Any]], known: set[tuple[str, str]], log: logging.Logger
+    ) -> None:
         """At hub start: adopt the GPUs of our running servers, and note everyone else's.
 
-        Only at start: later, the hub's own polls and stops keep the books,
-        and a periodic adoption could resurrect a server that just stopped.
+        `known` are the (user, server) pairs the hub's database has running; a
+        labelled container it does not know (another hub's, or a leftover) is
+        kept out of the pool as used outside, not adopted. Adoption happens
+        only here: later, the hub's own polls and stops keep the books, and a
+        periodic adoption could resurrect a server that just stopped.
         """
         by_index = self.uuid_by_index()
         for inspected in running:
             server = containers.read_server(inspected, by_index)
-            if server is None:
+            if server is None or (server.holder.user, server.holder.server) not in known:
                 continue
             grant = self.pool.adopt(server.holder, server.uuids, server.since)
             log.info(
@@ -90,15 +95,19 @@ class HubGPUs:
     def note_external(
         self, running: list[dict[str, Any]], foreign_processes: dict[str, str], log: logging.Logger
     ) -> None:
-        """Keep GPUs used outside JupyterHub out of the pool: other containers' device
-        requests (by UUID or index), and `foreign_processes` (uuid → who)."""
+        """Keep GPUs used outside this hub out of the pool: in any container whose device
+        request (by UUID or index) names them, unless it is the server the pool gave
+        them to; and in `foreign_processes` (uuid → who)."""
         by_index = self.uuid_by_index()
         external = dict(foreign_processes)
         for inspected in running:
-            if containers.read_server(inspected, by_index) is None:
-                name = inspected["Name"].lstrip("/")
-                for device in containers.requested_devices(inspected):
-                    external[by_index.get(device, device)] = f"container {name}"
+            name = inspected["Name"].lstrip("/")
+            server = containers.read_server(inspected, by_index)
+            grant = self.pool.grant_of(server.holder.key) if server else None
+            for device in containers.requested_devices(inspected):
+                uuid = by_index.get(device, device)
+                if grant is None or uuid not in grant.uuids:
+                    external[uuid] = f"container {name}"
         before = {u: self.pool.external_user(u) for u in self.pool.uuids}
         self.pool.set_external(external)
         for uuid in self.pool.uuids:

@@ -10,9 +10,12 @@ uses another spawner.
 from __future__ import annotations
 
 import functools
+import time
 from typing import Any
 
-from . import containers, handlers, hubgpus
+from jupyterhub import orm
+
+from . import containers, handlers, hubgpus, metrics
 from .culling import Busyness
 from .devices import NoGPUSourceError, describe
 from .monitor import Monitor
@@ -30,7 +33,11 @@ def prepare_hub(app: Any) -> None:
     except (ValueError, NoGPUSourceError) as error:
         app.log.critical("gpuspawner: %s", error)
         app.exit(1)
-    hub.recover(containers.running_gpu_containers(spawner.client), app.log)
+    known = {
+        (orm_spawner.user.name, orm_spawner.name)
+        for orm_spawner in app.db.query(orm.Spawner).filter(orm.Spawner.server_id.isnot(None))
+    }
+    hub.recover(containers.running_gpu_containers(spawner.client), known, app.log)
     monitor = Monitor(
         hub,
         spawner.client,
@@ -39,9 +46,11 @@ def prepare_hub(app: Any) -> None:
         spawner.avoid_gpus_with_foreign_processes,
     )
     busyness = Busyness(spawner.gpu_busy_threshold, spawner.gpu_processes_count_as_busy)
-    monitor.listeners.append(Reclaimer(app, hub, busyness, app.log))
+    reclaimer = Reclaimer(app, hub, busyness, app.log)
+    monitor.listeners.append(reclaimer)
     monitor.start()
-    app.tornado_application.add_handlers(".*$", handlers.handlers(app.hub_prefix))
+    metrics.register(metrics.PoolCollector(hub, reclaimer.idle.idle_since.get, time.time))
+    handlers.install(app)
     app.log.info(
         "gpuspawner: %d GPU(s) in the pool (%s), %d free",
         len(hub.gpus),

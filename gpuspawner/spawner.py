@@ -24,6 +24,7 @@ from .culling import duration, notice
 from .devices import describe
 from .hubstart import run_at_hub_start
 from .limits import Limited, LimitExceeded, UserLimits, from_group
+from .metrics import ALLOCATION_SECONDS, SPAWNS_REFUSED
 from .pool import Grant, Holder, NotEnoughGPUs
 from .profiles import InvalidUserOptions, Profile, choose_profile
 from .settings import GPUSettings
@@ -73,8 +74,8 @@ class GPUSpawner(GPUSettings, DockerSpawner):
     @property
     def hub_gpus(self) -> hubgpus.HubGPUs:
         hub = hubgpus.current(self)
-        if not hub.recovered:
-            hub.recover(containers.running_gpu_containers(self.client), self.log)
+        if not hub.recovered:  # a hub that skipped hubstart: adopt nothing, keep out all in use
+            hub.recover(containers.running_gpu_containers(self.client), set(), self.log)
         return hub
 
     @property
@@ -116,36 +117,37 @@ class GPUSpawner(GPUSettings, DockerSpawner):
         try:
             profile = choose_profile(self.user_options, hub.profiles, self._extra_option_keys())
         except InvalidUserOptions as invalid:
-            raise SpawnException(str(invalid), reason="invalid_options") from None
+            raise refusal(str(invalid), "invalid_options", 400) from None
         limits = self._user_limits()
         if not limits.may_pick(profile.slug):
             allowed = ", ".join(sorted(limits.profiles.value or ()))
-            raise SpawnException(
+            raise refusal(
                 f"Profile {profile.slug!r} is not available to you "
                 f"(group {limits.profiles.group} may pick: {allowed}).",
-                reason="limit",
-                status_code=403,
+                "limit",
+                403,
             )
         return profile
 
     def _allocate(self, profile: Profile) -> Grant:
         limits = self._user_limits()
         try:
-            return self.hub_gpus.pool.allocate(
-                self.user.name,
-                self.name,
-                profile.gpus,
-                admit=lambda usage: limits.admit(profile.gpus, self.user.name, usage),
-            )
+            with ALLOCATION_SECONDS.time():
+                return self.hub_gpus.pool.allocate(
+                    self.user.name,
+                    self.name,
+                    profile.gpus,
+                    admit=lambda usage: limits.admit(profile.gpus, self.user.name, usage),
+                )
         except LimitExceeded as exceeded:
-            raise SpawnException(str(exceeded), reason="limit", status_code=403) from None
+            raise refusal(str(exceeded), "limit", 403) from None
         except NotEnoughGPUs as short:
-            raise SpawnException(
+            raise refusal(
                 f"Not enough free GPUs: profile {profile.display_name!r} needs {short.requested}, "
                 f"{short.free} of {short.total} are free right now. Try again when another "
                 "server stops, or pick a profile with fewer GPUs.",
-                reason="capacity",
-                status_code=409,
+                "capacity",
+                409,
             ) from None
 
     async def start(self) -> Any:
@@ -252,6 +254,12 @@ class GPUSpawner(GPUSettings, DockerSpawner):
             state["gpus"],
             state.get("gpu_since"),
         )
+
+
+def refusal(message: str, reason: str, status_code: int) -> SpawnException:
+    """A spawn refused before any container: counted, and shown to the user as is."""
+    SPAWNS_REFUSED.labels(reason).inc()
+    return SpawnException(message, reason=reason, status_code=status_code)
 
 
 def _options_from_form(formdata: dict[str, list[str]]) -> dict[str, Any]:

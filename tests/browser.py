@@ -1,0 +1,40 @@
+"""Headless Chromium (Debian's chromium and chromium-driver), driven by Selenium."""
+
+from __future__ import annotations
+
+import tempfile
+
+from selenium import webdriver
+from selenium.webdriver.chrome.options import Options
+from selenium.webdriver.chrome.service import Service
+
+FLAGS = [
+    "--headless=new",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-dev-shm-usage",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--window-size=1400,1000",
+]
+
+
+def chromium() -> webdriver.Chrome:
+    options = Options()
+    options.binary_location = "/usr/bin/chromium"
+    for flag in FLAGS:
+        options.add_argument(flag)
+    options.add_argument(f"--user-data-dir={tempfile.mkdtemp(prefix='gpuspawner-chromium-')}")
+    return webdriver.Chrome(options=options, service=Service("/usr/bin/chromedriver"))
+
+
+def log_in(driver: webdriver.Chrome, hub_url: str, user: str, password: str) -> None:
+    from selenium.webdriver.common.by import By
+
+    driver.get(f"{hub_url}/hub/login")
+    driver.find_element(By.ID, "username_input").send_keys(user)
+    driver.find_element(By.ID, "password_input").send_keys(password)
+    driver.find_element(By.ID, "login_submit").click()
