@@ -23,6 +23,9 @@ SPAWNS_REFUSED = Counter(
     "GPUs), limit (a group limit), invalid_options (bad user_options).",
     ["reason"],
 )
+for _reason in ("capacity", "limit", "invalid_options"):
+    SPAWNS_REFUSED.labels(_reason)  # at zero from the start, so rate() sees the first one
+
 ALLOCATION_SECONDS = Histogram(
     "gpuspawner_allocation_duration_seconds",
     "Time to decide an allocation: limits checked and GPUs chosen, under the pool's lock.",

@@ -75,12 +75,12 @@ Admission = Callable[[Usage], str | None]
 """Decides a request against current usage: raises to refuse, returns the quota group to charge."""
 
 
-def _block_key(free: set[int], size: int, start: int, block: int) -> tuple[int, ...]:
+def _block_key(free_before: list[int], size: int, start: int, block: int) -> tuple[int, ...]:
     """Free devices in the block at `start` and in each enclosing aligned block."""
     key = []
     while True:
         begin = start - start % block
-        key.append(sum(1 for p in range(begin, min(begin + block, size)) if p in free))
+        key.append(free_before[min(begin + block, size)] - free_before[begin])
         if block >= size:
             return tuple(key)
         block *= 2
@@ -102,14 +102,18 @@ def place(free: set[int], size: int, count: int, policy: str = "packed") -> list
     block = 1
     while block < count:
         block *= 2
-    candidates = []
+    free_before = [0]  # free_before[i]: free devices among positions < i
+    for position in range(size):
+        free_before.append(free_before[-1] + (position in free))
+    best = None
     for start in range(0, size, block):
-        members = [p for p in range(start, min(start + block, size)) if p in free]
-        if len(members) >= count:
-            candidates.append((rank(_block_key(free, size, start, block)), start, members))
-    if not candidates:
+        if free_before[min(start + block, size)] - free_before[start] >= count:
+            candidate = (rank(_block_key(free_before, size, start, block)), start)
+            best = candidate if best is None else min(best, candidate)
+    if best is None:
         return sorted(free)[:count]
-    return min(candidates)[2][:count]
+    start = best[1]
+    return [p for p in range(start, min(start + block, size)) if p in free][:count]
 
 
 class Pool:

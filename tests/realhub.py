@@ -40,12 +40,13 @@ def base_config(token: str, prefix: str, hub_ip: str) -> str:
         f"""
         c = get_config()
         c.JupyterHub.spawner_class = "gpu"
-        c.GPUSpawner.image = {NOTEBOOK_IMAGE!r}
-        c.GPUSpawner.prefix = {prefix!r}
-        c.GPUSpawner.pull_policy = "never"
-        c.GPUSpawner.poll_interval = 1
-        c.GPUSpawner.start_timeout = 60
-        c.GPUSpawner.http_timeout = 60
+        c.DockerSpawner.image = {NOTEBOOK_IMAGE!r}
+        c.DockerSpawner.prefix = {prefix!r}
+        c.DockerSpawner.pull_policy = "never"
+        c.DockerSpawner.remove = True
+        c.DockerSpawner.poll_interval = 1
+        c.DockerSpawner.start_timeout = 60
+        c.DockerSpawner.http_timeout = 60
         c.JupyterHub.hub_ip = {hub_ip!r}
         c.JupyterHub.hub_port = {free_port()}
         c.JupyterHub.bind_url = "http://127.0.0.1:{free_port()}"
@@ -250,16 +251,14 @@ class Hub:
         return {g["uuid"]: g["state"] for g in self.pool()["gpus"]}
 
     def containers(self, all: bool = False) -> list:
-        return [
-            c
-            for c in self.docker.containers.list(all=all, filters={"label": "gpuspawner.user"})
-            if c.name.startswith(self.prefix)
-        ]
+        """This hub's containers (by its name prefix)."""
+        found = self.docker.containers.list(all=all, filters={"name": self.prefix})
+        return [c for c in found if c.name.startswith(self.prefix)]
 
     def container_of(self, user: str, server: str = "") -> Any:
         for container in self.containers():
             labels = container.labels
-            if labels["gpuspawner.user"] == user and labels["gpuspawner.server"] == server:
+            if labels.get("gpuspawner.user") == user and labels.get("gpuspawner.server") == server:
                 return container
         raise AssertionError(f"no running container for {user}/{server}")
 

@@ -58,7 +58,7 @@ def free(hub: Hub) -> int:
 
 
 def leftovers(hub: Hub, user: str) -> list:
-    return [c for c in hub.containers(all=True) if c.labels["gpuspawner.user"] == user]
+    return [c for c in hub.containers(all=True) if c.labels.get("gpuspawner.user") == user]
 
 
 def test_after_kill_9_and_restart_no_gpu_is_given_twice_and_dead_servers_free_theirs(hub: Hub):

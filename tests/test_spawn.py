@@ -68,7 +68,7 @@ def test_two_pairs_then_a_refusal_then_the_freed_pair(hub: Hub):
     message = refused.json()["message"]
     assert "needs 2, 0 of 4 are free" in message and "Try again" in message
     assert hub.server_model("cat") is None
-    assert not [c for c in hub.containers(all=True) if c.labels["gpuspawner.user"] == "cat"]
+    assert not [c for c in hub.containers(all=True) if c.labels.get("gpuspawner.user") == "cat"]
 
     hub.stop_server("ann")
     hub.spawn_ready("cat", profile="gpu-2")

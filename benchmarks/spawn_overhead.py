@@ -1,0 +1,65 @@
+"""Spawn overhead: time from the spawn request to a ready server, GPUSpawner with 1 GPU
+against plain DockerSpawner, same image, same machine, two hubs side by side, alternating
+runs. Prints medians, ranges and the ratio (target ≤ 1.05).
+
+    .venv/bin/python benchmarks/spawn_overhead.py [pairs=10]
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from figures import machine, summary
+from realhub import Hub
+
+GPU_HUB = """
+c.GPUSpawner.simulate_gpus = 8
+c.GPUSpawner.profiles = [{"display_name": "1 GPU", "slug": "gpu-1", "gpus": 1}]
+"""
+PLAIN_HUB = 'c.JupyterHub.spawner_class = "docker"\n'
+
+
+def time_to_ready(hub: Hub, user: str, **options: str) -> float:
+    started = time.perf_counter()
+    response = hub.spawn(user, **options)
+    assert response.status_code in (201, 202), response.text
+    hub.wait_ready(user)
+    elapsed = time.perf_counter() - started
+    hub.stop_server(user)
+    return elapsed
+
+
+def main(pairs: int) -> None:
+    workdir = Path(tempfile.mkdtemp(prefix="gpuspawner-bench-"))
+    gpu, plain = Hub(workdir / "gpu", GPU_HUB), Hub(workdir / "plain", PLAIN_HUB)
+    try:
+        for hub in (gpu, plain):
+            hub.start()
+            hub.add_users("bench")
+        time_to_ready(gpu, "bench", profile="gpu-1")  # warm both: page cache, image layers
+        time_to_ready(plain, "bench")
+        gpu_times, plain_times = [], []
+        for pair in range(pairs):
+            order = [(gpu, gpu_times, {"profile": "gpu-1"}), (plain, plain_times, {})]
+            for hub, times, options in order if pair % 2 == 0 else reversed(order):
+                times.append(time_to_ready(hub, "bench", **options))
+    finally:
+        for hub in (gpu, plain):
+            hub.stop()
+            hub.remove_containers()
+    ratios = [g / p for g, p in zip(gpu_times, plain_times, strict=True)]
+    print(f"machine: {machine()}; {pairs} alternating pairs, request to ready")
+    print(f"GPUSpawner (1 GPU):  {summary(gpu_times)}")
+    print(f"DockerSpawner:       {summary(plain_times)}")
+    print(
+        f"ratio of medians:    {statistics.median(gpu_times) / statistics.median(plain_times):.3f}"
+        f"  (per pair: median {statistics.median(ratios):.3f}, target ≤ 1.05)"
+    )
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]) if len(sys.argv) > 1 else 10)
