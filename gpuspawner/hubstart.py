@@ -33,11 +33,18 @@ def prepare_hub(app: Any) -> None:
     except (ValueError, NoGPUSourceError) as error:
         app.log.critical("gpuspawner: %s", error)
         app.exit(1)
+    started = time.perf_counter()
     known = {
         (orm_spawner.user.name, orm_spawner.name)
         for orm_spawner in app.db.query(orm.Spawner).filter(orm.Spawner.server_id.isnot(None))
     }
-    hub.recover(containers.running_gpu_containers(spawner.client), known, app.log)
+    running = containers.running_gpu_containers(spawner.client)
+    hub.recover(running, known, app.log)
+    app.log.info(
+        "gpuspawner: pool rebuilt from %d running GPU container(s) in %.3f s",
+        len(running),
+        time.perf_counter() - started,
+    )
     monitor = Monitor(
         hub,
         spawner.client,
