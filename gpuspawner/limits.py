@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from .pool import Usage
+from .schema import known_keys_only
 
 DEFAULT_GROUP = "default_limits"
 
@@ -167,14 +168,7 @@ class LimitsTable:
 def _parse_limits(
     raw: Any, where: str, default: Limits | None, profile_slugs: Collection[str]
 ) -> Limits:
-    if not isinstance(raw, Mapping):
-        raise LimitsConfigError(f"c.GPUSpawner.{where} must be a dict, got {type(raw).__name__}")
-    unknown = set(raw) - set(LIMIT_KEYS)
-    if unknown:
-        raise LimitsConfigError(
-            f"c.GPUSpawner.{where}: unknown key(s) {', '.join(sorted(map(str, unknown)))}; "
-            f"known keys: {', '.join(LIMIT_KEYS)}"
-        )
+    raw = known_keys_only(raw, f"c.GPUSpawner.{where}", LIMIT_KEYS, LimitsConfigError)
     values: dict[str, Any] = {}
     for key, value in raw.items():
         if value is None:

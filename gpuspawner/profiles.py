@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from .schema import known_keys_only
+
 SLUG = re.compile(r"^[a-z0-9]([a-z0-9._-]{0,62})$")
 PROFILE_KEYS = ("display_name", "slug", "description", "default", "gpus", "spawner_override")
 OPTION_KEYS = ("profile",)
@@ -65,14 +67,7 @@ def parse_profiles(raw: Sequence[Any], pool_size: int) -> list[Profile]:
 
 def _parse_profile(entry: Any, position: int, pool_size: int) -> Profile:
     where = f"c.GPUSpawner.profiles[{position}]"
-    if not isinstance(entry, Mapping):
-        raise ProfileConfigError(f"{where} must be a dict, got {type(entry).__name__}")
-    unknown = set(entry) - set(PROFILE_KEYS)
-    if unknown:
-        raise ProfileConfigError(
-            f"{where}: unknown key(s) {', '.join(sorted(map(str, unknown)))}; "
-            f"known keys: {', '.join(PROFILE_KEYS)}"
-        )
+    entry = known_keys_only(entry, where, PROFILE_KEYS, ProfileConfigError)
     display_name = entry.get("display_name")
     if not isinstance(display_name, str) or not display_name.strip():
         raise ProfileConfigError(f"{where} needs a display_name (text)")

@@ -26,3 +26,11 @@ def hub_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[.
     for hub in hubs:
         hub.stop()
         hub.remove_containers()
+
+
+@pytest.fixture(scope="module")
+def load_file(tmp_path_factory: pytest.TempPathFactory):
+    """The simulated GPUs' load file (c.GPUSpawner.simulated_load_file): idle to begin with."""
+    path = tmp_path_factory.mktemp("load") / "load.json"
+    path.write_text("{}")
+    return path

@@ -31,13 +31,6 @@ c.JupyterHub.load_roles.append(culler_role)
 
 
 @pytest.fixture(scope="module")
-def load_file(tmp_path_factory):
-    path = tmp_path_factory.mktemp("load") / "load.json"
-    path.write_text("{}")
-    return path
-
-
-@pytest.fixture(scope="module")
 def hub(hub_factory, load_file) -> Hub:
     hub = hub_factory(CONFIG.format(load=str(load_file)))
     hub.add_users(
