@@ -119,7 +119,7 @@ def idle_arbiter(
     the culler's own --timeout applies. Reading state needs the culler's
     role to hold the `admin:server_state` scope.
     """
-    limit = (server.get("state") or {}).get("idle_timeout", inactive_limit)
+    limit = float((server.get("state") or {}).get("idle_timeout", inactive_limit))
     return inactive.total_seconds() >= limit
 
 

@@ -223,16 +223,11 @@ class SimulatedSource:
         samples = {}
         for uuid in uuids:
             load = loads.get(uuid) or loads.get(index.get(uuid, "")) or {}
-            samples[uuid] = replace(
-                self.IDLE,
-                **{k: v for k, v in load.items() if k in _SIMULATED_FIELDS},
-                **(
-                    {"memory_used_bytes": int(load["memory_used_gib"] * 2**30)}
-                    if "memory_used_gib" in load
-                    else {}
-                ),
-                processes=tuple(load.get("processes", ())),
-            )
+            changes: dict[str, Any] = {k: v for k, v in load.items() if k in _SIMULATED_FIELDS}
+            if "memory_used_gib" in load:
+                changes["memory_used_bytes"] = int(load["memory_used_gib"] * 2**30)
+            changes["processes"] = tuple(load.get("processes", ()))
+            samples[uuid] = replace(self.IDLE, **changes)
         return samples
 
     def _loads(self) -> dict[str, Any]:
