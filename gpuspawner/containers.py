@@ -14,6 +14,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import docker.errors
+
 from .pool import Grant, Holder
 
 LABEL_PREFIX = "gpuspawner."
@@ -136,6 +138,20 @@ def read_server(inspected: Mapping[str, Any], by_index: Mapping[str, str]) -> Ru
     uuids = tuple(by_index.get(d, d) for d in requested_devices(inspected))
     name = inspected["Name"].lstrip("/")
     return RunningServer(holder, uuids, float(since) if since else None, name)
+
+
+def running_gpu_containers(client: Any) -> list[dict[str, Any]]:
+    """Every running container that holds GPUs or is ours, inspected (blocking)."""
+    found = []
+    for summary in client.containers():
+        try:
+            inspected = client.inspect_container(summary["Id"])
+        except docker.errors.NotFound:
+            continue  # gone between the list and the inspect
+        labels = inspected["Config"].get("Labels") or {}
+        if requested_devices(inspected) or LABEL_USER in labels:
+            found.append(inspected)
+    return found
 
 
 def bridge_gateway(client: Any) -> str:
