@@ -29,6 +29,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _config_options(doctor)
 
+    status = commands.add_parser(
+        "status",
+        help="each GPU, who holds it, and its load (works while the hub is down)",
+        description="Show the GPU pool from Docker's container labels and the GPUs' telemetry, "
+        "without asking the hub.",
+    )
+    _config_options(status)
+    _prefix_option(status)
+
     return parser
 
 
@@ -53,6 +62,15 @@ def _config_options(parser: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="a JSON file that makes simulated GPUs look busy, hot or broken, for demos and "
         'tests: {"0": {"utilization_percent": 90, "health": "lost"}, …}',
+    )
+
+
+def _prefix_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--prefix",
+        default="",
+        help="only servers whose container names start with this (c.DockerSpawner.prefix), "
+        "where several hubs share one Docker engine",
     )
 
 
