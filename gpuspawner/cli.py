@@ -38,6 +38,22 @@ def build_parser() -> argparse.ArgumentParser:
     _config_options(status)
     _prefix_option(status)
 
+    cleanup = commands.add_parser(
+        "cleanup",
+        help="remove stopped gpuspawner containers and the dangling images they leave",
+        description="List (or with --yes, remove) stopped containers of gpuspawner servers, and "
+        "dangling images that they used or that were built from images/. Images any other "
+        "container still uses are kept.",
+    )
+    _prefix_option(cleanup)
+    cleanup.add_argument(
+        "--label",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="only containers and images that also carry this label (repeatable)",
+    )
+    cleanup.add_argument("--yes", action="store_true", help="remove them; without it, only list")
     return parser
 
 
