@@ -12,6 +12,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 from typing import TextIO
 
@@ -53,9 +55,11 @@ def examine(config_path: Path, simulate: int | None, simulated_load: str) -> lis
         config_finding = judge_config(config_path, site)
     except siteconfig.ConfigError as error:
         site, config_finding = None, judge_config(config_path, error)
-    images = (
-        [dockerchecks.image_facts(client, name) for name in site.images] if client and site else []
-    )
+    images = []
+    if client and site:
+        # each asks its image's jupyterhub-singleuser, which takes seconds: ask them all at once
+        with ThreadPoolExecutor() as pool:
+            images = list(pool.map(partial(dockerchecks.image_facts, client), site.images))
     probe_image = next((i.name for i in images if i.attrs is not None), None)
 
     if client is None:
