@@ -36,6 +36,7 @@ from .devices import SimulatedSource
 
 NO_DOCKER = "Docker is unreachable (see the Docker line)"
 NO_CONFIG = "jupyterhub_config.py cannot be used (see its line)"
+NO_IMAGE = "none of the configured images is on this host to test with (see the Image lines)"
 
 
 def main(args: argparse.Namespace) -> int:
@@ -62,17 +63,19 @@ def examine(config_path: Path, simulate: int | None, simulated_load: str) -> lis
             images = list(pool.map(partial(dockerchecks.image_facts, client), site.images))
     probe_image = next((i.name for i in images if i.attrs is not None), None)
 
+    driver = "Docker's nvidia device driver"
     if client is None:
         findings += [
-            not_checked("Docker's nvidia device driver", NO_DOCKER),
+            not_checked(driver, NO_DOCKER),
             not_checked("Docker's default runtime", NO_DOCKER),
         ]
     else:
-        error = dockerchecks.probe_device_driver(client, probe_image) if probe_image else ""
-        findings += [
-            dockerchecks.judge_device_driver(probe_image, error),
-            dockerchecks.judge_default_runtime(client.info()),
-        ]
+        if probe_image:
+            error = dockerchecks.probe_device_driver(client, probe_image)
+            findings.append(dockerchecks.judge_device_driver(probe_image, error))
+        else:
+            findings.append(not_checked(driver, NO_CONFIG if site is None else NO_IMAGE))
+        findings.append(dockerchecks.judge_default_runtime(client.info()))
 
     source = siteconfig.gpu_source(site, simulate, simulated_load)
     driver_cuda = None
@@ -101,7 +104,7 @@ def _hub_finding(
     if impossible is not None:
         return impossible
     if image is None:
-        return not_checked("Hub reachable from containers", "no image to run the test in")
+        return not_checked("Hub reachable from containers", NO_IMAGE)
     probe = dockerchecks.probe_hub(client, image, address, network)
     return dockerchecks.judge_hub_reach(address, network, probe)
 

@@ -57,10 +57,6 @@ def test_other_device_request_errors_fail_with_the_error():
     assert f"docker run --rm --gpus all {IMAGE} true" in finding.fix
 
 
-def test_the_device_driver_is_not_checked_without_an_image():
-    assert judge_device_driver(None, "").status is Status.WARN
-
-
 def test_runc_as_default_runtime_passes():
     finding = judge_default_runtime({"DefaultRuntime": "runc", "Runtimes": {"runc": {}}})
     assert finding.status is Status.PASS

@@ -232,4 +232,6 @@ def test_a_device_driver_dockerd_does_not_know_fails_with_the_restart_fix():
     finding = dockerchecks.judge_device_driver(CPU_IMAGE, error)
     assert finding.status is Status.FAIL and "restart Docker" in finding.fix
     assert dockerchecks.probe_device_driver(client, CPU_IMAGE) == ""
-    assert not client.containers.list(all=True, filters={"label": dockerchecks.PROBE_LABEL})
+    probes = client.containers.list(all=True, filters={"label": dockerchecks.PROBE_LABEL})
+    drivers = {r["Driver"] for p in probes for r in p.attrs["HostConfig"]["DeviceRequests"] or []}
+    assert "gpuspawner-test-none" not in drivers  # the probe that failed to start is gone too
