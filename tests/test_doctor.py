@@ -6,6 +6,7 @@ so each test gives it one: with the stand-in, without any hook, or with a hook
 that reports a version.
 """
 
+import functools
 import json
 import os
 import secrets
@@ -23,7 +24,12 @@ from gpuspawner.containers import bridge_gateway
 pytestmark = pytest.mark.docker
 
 STAND_IN = Path(__file__).parent.parent / "testbed"
-GATEWAY = bridge_gateway(docker.from_env())
+
+
+@functools.cache
+def gateway() -> str:
+    """This host on Docker's bridge: where the README has the hub listen."""
+    return bridge_gateway(docker.from_env())
 
 
 def path_without_hook() -> str:
@@ -52,7 +58,7 @@ c.GPUSpawner.profiles = [
     {cpu_profile!r},
     {{"display_name": "1 GPU", "slug": "gpu-1", "gpus": 1, "default": True}},
 ]
-c.JupyterHub.hub_ip = {GATEWAY!r}
+c.JupyterHub.hub_ip = {gateway()!r}
 c.JupyterHub.hub_port = {free_port()}
 {extra}"""
     )
@@ -92,7 +98,7 @@ def test_a_ready_host_passes_with_the_stand_in_hook(tmp_path):
             "jupyterhub-singleuser 6.1.1 (hub 6.1.1), runs as 1000"
         )
     assert line(out, "Hub reachable from containers").endswith(
-        f"connected to {GATEWAY}:{_port(tmp_path)} (a stand-in: the hub is not running)"
+        f"connected to {gateway()}:{_port(tmp_path)} (a stand-in: the hub is not running)"
     )
     assert set(statuses(out).values()) == {"PASS", "WARN"}
     assert out.rstrip().endswith("0 failed")
@@ -174,11 +180,11 @@ def test_a_hub_on_loopback_fails_without_a_probe(tmp_path):
     assert line(done.stdout, "Hub reachable from containers").startswith(
         "FAIL  Hub reachable from containers: containers would connect to the hub at 127.0.0.1:"
     )
-    assert f"c.JupyterHub.hub_ip = '{GATEWAY}'" in done.stdout
+    assert f"c.JupyterHub.hub_ip = '{gateway()}'" in done.stdout
 
 
 def test_a_hub_listening_only_on_loopback_is_refused_to_containers(tmp_path):
-    extra = f"c.JupyterHub.hub_ip = '127.0.0.1'\nc.JupyterHub.hub_connect_ip = {GATEWAY!r}\n"
+    extra = f"c.JupyterHub.hub_ip = '127.0.0.1'\nc.JupyterHub.hub_connect_ip = {gateway()!r}\n"
     done = doctor(tmp_path, "-f", str(write_config(tmp_path, extra)))
     assert done.returncode == 1
     found = line(done.stdout, "Hub reachable from containers")
