@@ -19,7 +19,9 @@ c.JupyterHub.spawner_class = "gpu"
 c.GPUSpawner.simulate_gpus = int(os.environ.get("GPUSPAWNER_SIMULATE_GPUS", "0"))
 # c.GPUSpawner.exclude_gpus = [7]   # keep GPU 7 for jobs outside JupyterHub
 
+# Built from images/gpu and images/cpu (README: "Set up a GPU server", step 5).
 c.GPUSpawner.image = os.environ.get("GPUSPAWNER_NOTEBOOK_IMAGE", "gpuspawner-notebook:latest")
+CPU_IMAGE = os.environ.get("GPUSPAWNER_CPU_IMAGE", "gpuspawner-notebook-cpu:latest")
 c.GPUSpawner.pull_policy = "ifnotpresent"
 c.GPUSpawner.mem_limit = "16G"
 
@@ -29,6 +31,7 @@ c.GPUSpawner.profiles = [
         "slug": "cpu",
         "gpus": 0,
         "description": "Editing, data preparation, small experiments.",
+        "spawner_override": {"image": CPU_IMAGE},
     },
     {
         "display_name": "1 GPU",

@@ -40,6 +40,8 @@ class FakeNVML:
     initialised: bool = False
     pending_xids: list[tuple[int, int]] = field(default_factory=list)  # (device index, xid)
     events_supported: bool = True
+    driver_version: str = "550.54.15"
+    cuda_version: int = 12040  # as NVML encodes CUDA 12.4
 
     nvmlEventTypeXidCriticalError = pynvml.nvmlEventTypeXidCriticalError
 
@@ -60,6 +62,14 @@ class FakeNVML:
         if self.init_error is not None:
             raise error(self.init_error)
         self.initialised = True
+
+    def nvmlSystemGetDriverVersion(self) -> str:
+        self._check()
+        return self.driver_version
+
+    def nvmlSystemGetCudaDriverVersion(self) -> int:
+        self._check()
+        return self.cuda_version
 
     def nvmlDeviceGetCount(self) -> int:
         self._check()

@@ -25,7 +25,9 @@ import requests
 
 from gpuspawner.containers import bridge_gateway
 
+# The GPU and CPU images scripts/testbed builds from images/ (the same variables name them there).
 NOTEBOOK_IMAGE = os.environ.get("GPUSPAWNER_NOTEBOOK_IMAGE", "gpuspawner-notebook:latest")
+CPU_IMAGE = os.environ.get("GPUSPAWNER_CPU_IMAGE", "gpuspawner-notebook-cpu:latest")
 PASSWORD = "test-password"
 
 

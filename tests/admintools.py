@@ -1,0 +1,91 @@
+"""Running the `gpuspawner` admin command as an admin does, and servers for it to find.
+
+The servers are containers made as GPUSpawner makes them (containers.isolate),
+with names under a prefix the test owns, so a test sees and removes only its own.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import subprocess
+import sys
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager, suppress
+from pathlib import Path
+from typing import Any
+
+import docker
+
+from gpuspawner import containers
+from gpuspawner.pool import Grant
+
+GPUSPAWNER = Path(sys.executable).with_name("gpuspawner")
+
+
+def gpuspawner(
+    *args: str, cwd: Path, env: Mapping[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """The console script, in `cwd` (where it looks for jupyterhub_config.py)."""
+    return subprocess.run(
+        [str(GPUSPAWNER), *args],
+        cwd=cwd,
+        env={**os.environ, "NO_COLOR": "1", **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def unique_prefix(kind: str) -> str:
+    return f"gst{kind}{secrets.token_hex(3)}"
+
+
+class Servers:
+    """Containers this test creates; all removed at the end."""
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+        self.api = docker.from_env().api
+        self.ids: list[str] = []
+
+    def create(
+        self,
+        name: str,
+        image: str,
+        grant: Grant | None,
+        *,
+        start: bool = True,
+        labels: Mapping[str, str] | None = None,
+        device_requests: list[dict[str, Any]] | None = None,
+    ) -> str:
+        """A container named prefix-name: a server of ours for `grant`, else a plain container."""
+        kwargs: dict[str, Any] = {
+            "host_config": {"NetworkMode": "none"},
+            "labels": dict(labels or {}),
+        }
+        if grant is not None:
+            kwargs = containers.isolate(kwargs, grant)
+        if device_requests:
+            kwargs["host_config"]["DeviceRequests"] = device_requests
+        created = self.api.create_container(
+            image, command=["sleep", "600"], name=f"{self.prefix}-{name}", **kwargs
+        )
+        self.ids.append(created["Id"])
+        if start:
+            self.api.start(created["Id"])
+        return created["Id"]
+
+    def remove_all(self) -> None:
+        for container in self.ids:
+            with suppress(docker.errors.NotFound):
+                self.api.remove_container(container, force=True)
+
+
+@contextmanager
+def servers(kind: str) -> Iterator[Servers]:
+    made = Servers(unique_prefix(kind))
+    try:
+        yield made
+    finally:
+        made.remove_all()

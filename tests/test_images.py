@@ -1,0 +1,53 @@
+"""The images from images/ (scripts/testbed builds them) as real single-user servers under a hub."""
+
+import jupyterhub
+import pytest
+from realhub import CPU_IMAGE, NOTEBOOK_IMAGE, Hub
+
+CONFIG = f"""
+c.GPUSpawner.simulate_gpus = 2
+c.GPUSpawner.profiles = [
+    {{"display_name": "CPU only", "slug": "cpu", "gpus": 0,
+      "spawner_override": {{"image": {CPU_IMAGE!r}}}}},
+    {{"display_name": "1 GPU", "slug": "gpu-1", "gpus": 1, "default": True}},
+]
+"""
+
+
+@pytest.fixture(scope="module")
+def hub(hub_factory) -> Hub:
+    hub = hub_factory(CONFIG)
+    hub.add_users("ann")
+    return hub
+
+
+@pytest.mark.parametrize(
+    ("profile", "image", "flavour"), [("gpu-1", NOTEBOOK_IMAGE, "gpu"), ("cpu", CPU_IMAGE, "cpu")]
+)
+def test_each_image_serves_jupyterlab_for_the_hub(hub: Hub, profile, image, flavour):
+    hub.spawn_ready("ann", profile, profile=profile)
+    container = hub.container_of("ann", profile)
+    assert container.image.tags == [image]
+    assert container.image.labels["gpuspawner.image"] == flavour
+
+    session = hub.login("ann")
+    landing = session.get(f"{hub.url}/user/ann/{profile}/")  # through the hub's OAuth
+    assert landing.ok and landing.url.endswith(f"/user/ann/{profile}/lab")
+    assert "JupyterLab" in landing.text
+
+    def run(*command: str) -> str:
+        result = container.exec_run(list(command))
+        assert result.exit_code == 0, result.output
+        return result.output.decode().strip()
+
+    assert run("id", "-un") == "jovyan" and run("id", "-u") == "1000"
+    # the user may pip install into the notebook's environment
+    writable = "import os, site; print(os.access(site.getsitepackages()[0], os.W_OK))"
+    assert run("python3", "-c", writable) == "True"
+    assert run("jupyterhub-singleuser", "--version") == jupyterhub.__version__
+
+    if flavour == "gpu":
+        assert len(hub.held_uuids("ann", profile)) == 1
+    else:
+        assert hub.visible_devices("ann", profile) == "void"
+    hub.stop_server("ann", profile)
