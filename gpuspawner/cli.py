@@ -77,7 +77,8 @@ def _config_options(parser: argparse.ArgumentParser) -> None:
         default="",
         metavar="FILE",
         help="a JSON file that makes simulated GPUs look busy, hot or broken, for demos and "
-        'tests: {"0": {"utilization_percent": 90, "health": "lost"}, …}',
+        'tests: {"0": {"utilization_percent": 90, "health": "lost"}, …} '
+        "(default: c.GPUSpawner.simulated_load_file)",
     )
 
 

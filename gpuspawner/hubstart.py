@@ -14,6 +14,7 @@ import time
 from typing import Any
 
 from jupyterhub import orm
+from traitlets import TraitError
 
 from . import containers, handlers, hubgpus, metrics
 from .culling import Busyness
@@ -27,10 +28,10 @@ def prepare_hub(app: Any) -> None:
 
     A config error stops the hub with one line that says what to fix.
     """
-    spawner = app.spawner_class.from_config(app.config)
     try:
+        spawner = app.spawner_class.from_config(app.config)
         hub = hubgpus.current(spawner)
-    except (ValueError, NoGPUSourceError) as error:
+    except (ValueError, TraitError, NoGPUSourceError) as error:
         app.log.critical("gpuspawner: %s", error)
         app.exit(1)
     started = time.perf_counter()

@@ -107,8 +107,12 @@ def load(path: Path, simulate_gpus: int | None = None) -> SiteConfig:
 
 
 def gpu_source(site: SiteConfig | None, simulate: int | None, load_file: str = "") -> GPUSource:
-    """The hub's GPUs: simulated where `simulate` or else its config asks for them, else NVML."""
+    """The hub's GPUs: simulated where `simulate` or else its config asks for them, else NVML.
+
+    A simulated pool reads `load_file`, or else the config's `simulated_load_file`.
+    """
     count = site.spawner.simulate_gpus if site else simulate or 0
+    load_file = load_file or (site.spawner.simulated_load_file if site else "")
     return SimulatedSource(count, load_file=load_file) if count else NvmlSource()
 
 

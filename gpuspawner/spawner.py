@@ -17,7 +17,7 @@ from typing import Any
 from dockerspawner import DockerSpawner
 from jupyterhub.spawner import SpawnException
 from jupyterhub.utils import utcnow
-from traitlets import TraitError, default, validate
+from traitlets import Bool, TraitError, default, validate
 
 from . import containers, form, hubgpus
 from .culling import duration, notice
@@ -44,9 +44,14 @@ class GPUSpawner(GPUSettings, DockerSpawner):
         """
         return cls(config=config, user=SimpleNamespace(name="gpuspawner"))
 
-    @default("remove")
-    def _default_remove(self) -> bool:
-        return True
+    remove = Bool(
+        True,
+        config=True,
+        help="""Always True for GPUSpawner: containers are removed when their server stops.
+
+        A kept container would restart later with the GPUs it had, which the
+        pool may have given to someone else; setting False stops the hub.""",
+    )
 
     @validate("remove")
     def _require_remove(self, proposal: Any) -> bool:

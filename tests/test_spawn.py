@@ -169,12 +169,26 @@ def test_the_user_lands_in_a_working_notebook(hub: Hub):
     hub.stop_server("dan", "lab")
 
 
-def test_without_nvml_or_simulation_the_hub_refuses_to_start(hub_factory):
-    hub = hub_factory("c.GPUSpawner.simulate_gpus = 0\n", start=False)
+@pytest.mark.parametrize(
+    ("config", "expected"),
+    [
+        (
+            "c.GPUSpawner.simulate_gpus = 0\n",
+            ["NVML could not start", "c.GPUSpawner.simulate_gpus = N"],
+        ),
+        (
+            "c.GPUSpawner.simulate_gpus = 2\nc.DockerSpawner.remove = False\n",
+            ["GPUSpawner needs remove=True"],
+        ),
+    ],
+    ids=["no-gpus", "remove-false"],
+)
+def test_a_hub_that_cannot_hand_out_gpus_safely_refuses_to_start(hub_factory, config, expected):
+    hub = hub_factory(config, start=False)
     hub.start(wait=False)
     assert hub.process.wait(60) != 0
     lines = [line for line in hub.log().splitlines() if "gpuspawner:" in line]
     assert len(lines) == 1, hub.log()
-    assert "NVML could not start" in lines[0] and "c.GPUSpawner.simulate_gpus = N" in lines[0]
+    assert all(words in lines[0] for words in expected), lines[0]
     with pytest.raises(requests.ConnectionError):
         requests.get(f"{hub.url}/hub/api/", timeout=2)
