@@ -6,6 +6,7 @@ autoescape on. Admin template folders come first, then the packaged one.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -96,8 +97,16 @@ def _server_name(server: str) -> str:
 
 
 def render(template_paths: Sequence[str], **context: object) -> str:
+    return _environment(tuple(template_paths)).get_template(TEMPLATE).render(**context)
+
+
+@functools.cache
+def _environment(template_paths: tuple[str, ...]) -> jinja2.Environment:
+    """One environment per template search path, so the form is compiled once, not per view.
+
+    Jinja still rereads an admin's template when its file changes.
+    """
     loader = jinja2.ChoiceLoader(
         [jinja2.FileSystemLoader(list(template_paths)), jinja2.PackageLoader("gpuspawner")]
     )
-    environment = jinja2.Environment(loader=loader, autoescape=True)
-    return environment.get_template(TEMPLATE).render(**context)
+    return jinja2.Environment(loader=loader, autoescape=True)
