@@ -7,8 +7,8 @@ import os
 
 import docker
 
-from gpuspawner.containers import bridge_gateway
-from gpuspawner.culling import idle_culler_service
+from gpuspawner.engine.docker import bridge_gateway
+from gpuspawner.hub.culler import idle_culler_service
 
 c = get_config()  # noqa: F821  (provided by JupyterHub)
 

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 
 from figures import machine, percentile
 
-from gpuspawner.limits import LimitExceeded, LimitsTable
-from gpuspawner.pool import NotEnoughGPUs, Pool
+from gpuspawner.core.limits import LimitExceeded, LimitsTable
+from gpuspawner.core.pool import Holder, NotEnoughGPUs, Pool
 
 GPUS = 64
 OPERATIONS = 10_000
@@ -42,25 +42,23 @@ class Run:
     outcomes: dict[str, int] = field(
         default_factory=lambda: {"granted": 0, "capacity": 0, "limit": 0}
     )
-    owner: dict[str, str] = field(default_factory=dict)  # uuid -> holder, our own ledger
+    owner: dict[str, int] = field(default_factory=dict)  # uuid -> server, our own ledger
     violations: list[str] = field(default_factory=list)
     ledger: threading.Lock = field(default_factory=threading.Lock)
 
-    def step(self, rng: random.Random, held: list[str], tag: str) -> None:
+    def step(self, rng: random.Random, held: list[int], server: int) -> None:
         """One operation: release one of ours, or ask for GPUs as a random user."""
         if held and rng.random() < 0.5:
             self.release(held.pop(rng.randrange(len(held))))
             return
         user = rng.randrange(USERS)
-        name, limits = (
-            f"user{user:03d}",
-            LIMITS.for_user({"students" if user % 3 else "researchers"}),
-        )
+        limits = LIMITS.for_user({"students" if user % 3 else "researchers"})
         count = rng.choice((1, 1, 1, 2, 4))
+        holder = Holder(server, user, f"user{user:03d}")
         started = time.perf_counter()
         try:
             grant = self.pool.allocate(
-                name, tag, count, admit=lambda usage: limits.admit(count, name, usage)
+                holder, count, admit=lambda usage: limits.admit(count, user, usage)
             )
         except NotEnoughGPUs:
             self.outcomes["capacity"] += 1
@@ -68,16 +66,18 @@ class Run:
             self.outcomes["limit"] += 1
         else:
             self.outcomes["granted"] += 1
-            held.append(grant.holder.key)
+            held.append(grant.key)
             with self.ledger:
                 for uuid in grant.uuids:
                     if uuid in self.owner:
-                        self.violations.append(f"{uuid}: {self.owner[uuid]} and {grant.holder.key}")
-                    self.owner[uuid] = grant.holder.key
+                        self.violations.append(f"{uuid}: {self.owner[uuid]} and {grant.key}")
+                    self.owner[uuid] = grant.key
         finally:
             self.latencies.append(time.perf_counter() - started)
 
-    def release(self, key: str) -> None:
+    def release(self, key: int) -> None:
+        """A server ends: stopping, then released once its container is gone, as in the hub."""
+        self.pool.begin_release(key)
         grant = self.pool.release(key)
         with self.ledger:
             for uuid in grant.uuids if grant else ():
@@ -106,7 +106,7 @@ async def on_one_loop() -> None:
     async def user_task(seed: int) -> None:
         rng, held = random.Random(seed), []
         for n in range(OPERATIONS // USERS):
-            run.step(rng, held, f"a{seed}-{n}")
+            run.step(rng, held, seed * OPERATIONS + n)
             await asyncio.sleep(0)  # other spawns interleave here, as in the hub
         for key in held:
             run.release(key)
@@ -124,7 +124,7 @@ def from_threads() -> None:
     def worker(seed: int) -> None:
         rng, held = random.Random(seed), []
         for n in range(OPERATIONS // THREADS):
-            run.step(rng, held, f"t{seed}-{n}")
+            run.step(rng, held, seed * OPERATIONS + n)
         for key in held:
             run.release(key)
 

@@ -18,13 +18,14 @@ import time
 import docker
 from figures import machine, percentile
 from nvml_double import FakeGPU, FakeNVML
-from traitlets.config import Config
 
-from gpuspawner import GPUSpawner
-from gpuspawner.devices import NvmlSource
-from gpuspawner.hubgpus import HubGPUs
-from gpuspawner.metrics import PoolCollector
-from gpuspawner.monitor import Monitor
+from gpuspawner.config.settings import GPUSettings
+from gpuspawner.config.site import GPUSite
+from gpuspawner.devices.nvml import NvmlSource
+from gpuspawner.engine.docker import DockerEngine
+from gpuspawner.hub.broker import Broker
+from gpuspawner.hub.metrics import PoolCollector
+from gpuspawner.hub.monitor import Monitor
 
 GPUS = 64
 CALL_SECONDS = 100e-6
@@ -72,11 +73,12 @@ async def main(seconds: float) -> None:
     nvml = DriverPacedNVML(
         [FakeGPU(f"GPU-{i:08d}-0000-0000-0000-000000000000") for i in range(GPUS)]
     )
-    config = Config()
-    hub = HubGPUs.from_config(GPUSpawner.from_config(config), source=NvmlSource(nvml))
+    site = GPUSite.from_config(GPUSettings(), source=NvmlSource(nvml))
     log = logging.getLogger("bench")
-    monitor = Monitor(hub, docker.APIClient(), log, interval_seconds=2.0)
-    collector = PoolCollector(hub, lambda key: None, time.time)
+    broker = Broker(site, DockerEngine(docker.APIClient()), "bench", log)
+    broker.install()
+    monitor = Monitor(broker, log, interval_seconds=2.0)
+    collector = PoolCollector()
     started = time.perf_counter()
     monitor.observe()
     per_sample = time.perf_counter() - started

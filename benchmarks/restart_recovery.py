@@ -30,7 +30,7 @@ c.JupyterHub.cleanup_servers = False
 c.JupyterHub.concurrent_spawn_limit = 200
 c.JupyterHub.init_spawners_timeout = 120
 """
-REBUILT = re.compile(r"pool rebuilt from (\d+) running GPU container\(s\) in ([0-9.]+) s")
+REBUILT = re.compile(r"books rebuilt from (\d+) container\(s\) in ([0-9.]+) s")
 
 
 def main(servers: int, restarts: int) -> None:

@@ -31,6 +31,7 @@ class FakeGPU:
     retirement_pending: bool = False
     lost: bool = False
     reset_required: bool = False
+    nvlinks: list[int] = field(default_factory=list)  # the GPU index at the end of each link
 
 
 @dataclass
@@ -42,6 +43,9 @@ class FakeNVML:
     events_supported: bool = True
     driver_version: str = "550.54.15"
     cuda_version: int = 12040  # as NVML encodes CUDA 12.4
+    # the PCIe common ancestor of two GPUs (by index), NVML_TOPOLOGY_*; unlisted pairs: SYSTEM
+    ancestors: dict[frozenset[int], int] = field(default_factory=dict)
+    topology_supported: bool = True
 
     nvmlEventTypeXidCriticalError = pynvml.nvmlEventTypeXidCriticalError
 
@@ -140,3 +144,29 @@ class FakeNVML:
         return SimpleNamespace(
             device=index, eventType=pynvml.nvmlEventTypeXidCriticalError, eventData=xid
         )
+
+    def nvmlDeviceGetPciInfo(self, handle: int) -> SimpleNamespace:
+        self._gpu(handle)
+        return SimpleNamespace(busId=self._bus_id(handle))
+
+    @staticmethod
+    def _bus_id(index: int) -> bytes:
+        return f"00000000:{0x17 + index:02X}:00.0".encode()  # older bindings return bytes
+
+    def nvmlDeviceGetTopologyCommonAncestor(self, first: int, second: int) -> int:
+        self._gpu(first), self._gpu(second)
+        if not self.topology_supported:
+            raise error(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return self.ancestors.get(frozenset({first, second}), pynvml.NVML_TOPOLOGY_SYSTEM)
+
+    def nvmlDeviceGetNvLinkState(self, handle: int, link: int) -> int:
+        gpu = self._gpu(handle)
+        if not gpu.nvlinks:
+            raise error(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        if link >= len(gpu.nvlinks):
+            raise error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        return pynvml.NVML_FEATURE_ENABLED
+
+    def nvmlDeviceGetNvLinkRemotePciInfo(self, handle: int, link: int) -> SimpleNamespace:
+        self.nvmlDeviceGetNvLinkState(handle, link)
+        return SimpleNamespace(busId=self._bus_id(self.gpus[handle].nvlinks[link]))

@@ -1,0 +1,196 @@
+"""What `gpuspawner doctor` concludes, and its checks that need no Docker.
+
+A check turns facts (a path, a version string, an NVML library, a loaded
+config) into Findings: a status, what was found, and for WARN and FAIL the
+fix, written for the admin at the terminal.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+import pynvml
+
+from ..config.site import GPUSite
+from ..core.errors import GPUConfigError, NoGPUSourceError
+from ..core.gpus import GPU, Telemetry, gpus_in_words
+from ..devices.nvml import NvmlSource
+from ..devices.simulated import SimulatedSource
+from ..devices.source import GPUSource
+from . import toolkit
+from .hubconfig import ConfigError, HubConfig
+
+CudaVersion = tuple[int, int]
+
+SETUP_GUIDE = 'README, "Set up a GPU server"'
+
+
+class Status(Enum):
+    PASS = "PASS"
+    WARN = "WARN"
+    FAIL = "FAIL"
+
+
+@dataclass(frozen=True)
+class Finding:
+    status: Status
+    subject: str
+    detail: str
+    fix: str = ""
+
+
+def passed(subject: str, detail: str) -> Finding:
+    return Finding(Status.PASS, subject, detail)
+
+
+def warning(subject: str, detail: str, fix: str) -> Finding:
+    return Finding(Status.WARN, subject, detail, fix)
+
+
+def failed(subject: str, detail: str, fix: str) -> Finding:
+    return Finding(Status.FAIL, subject, detail, fix)
+
+
+def not_checked(subject: str, reason: str) -> Finding:
+    return warning(
+        subject, f"not checked: {reason}", "fix the failure above, then run doctor again"
+    )
+
+
+def judge_toolkit(hook: str | None, version_output: str) -> Finding:
+    subject = "NVIDIA Container Toolkit"
+    restart = "then restart Docker (systemctl restart docker)"
+    if hook is None:
+        return failed(
+            subject,
+            f"{toolkit.HOOK} is not on PATH: Docker cannot give containers GPUs",
+            f"install nvidia-container-toolkit ({SETUP_GUIDE}, step 4), {restart}",
+        )
+    version = toolkit.parse_version(version_output)
+    known = ", ".join(advisory.cve for advisory in toolkit.ADVISORIES)
+    if version is None:
+        return warning(
+            subject,
+            f"{hook} does not report a version, so it was not checked for {known}",
+            f"make sure it is NVIDIA's hook, version {toolkit.dotted(_safe_version())} or newer "
+            "(dpkg -l nvidia-container-toolkit)",
+        )
+    vulnerable = toolkit.open_advisories(version)
+    if vulnerable:
+        return failed(
+            subject,
+            f"{hook} is version {toolkit.dotted(version)}, open to "
+            + "; ".join(
+                f"{a.cve} ({a.risk}; fixed in {toolkit.dotted(a.fixed_in)})" for a in vulnerable
+            ),
+            f"upgrade nvidia-container-toolkit to {toolkit.dotted(_safe_version())} or newer, "
+            + restart,
+        )
+    return passed(subject, f"{hook}, version {toolkit.dotted(version)}: not open to {known}")
+
+
+def _safe_version() -> toolkit.Version:
+    return max(advisory.fixed_in for advisory in toolkit.ADVISORIES)
+
+
+HEALTH_FIX = (
+    "the hub hands it out again once NVML reports it healthy; see `nvidia-smi -q -i INDEX` and "
+    "`dmesg | grep -i xid`; a reset (`nvidia-smi -r -i INDEX` with no process on it) or a reboot "
+    "usually clears it"
+)
+
+
+def health_findings(gpus: list[GPU], samples: Mapping[str, Telemetry]) -> list[Finding]:
+    findings = []
+    for gpu in gpus:
+        sample = samples[gpu.uuid]
+        subject = f"GPU {gpu.index}"
+        if sample.health:
+            findings.append(
+                failed(subject, f"{gpu.uuid}, {gpu.label}: {sample.health}", HEALTH_FIX)
+            )
+        else:
+            temperature = (
+                f", {sample.temperature_celsius:.0f} °C"
+                if sample.temperature_celsius is not None
+                else ""
+            )
+            findings.append(passed(subject, f"{gpu.uuid}, {gpu.label}: healthy{temperature}"))
+    return findings
+
+
+def simulated_gpu_findings(source: SimulatedSource) -> list[Finding]:
+    gpus = source.list_gpus()
+    summary = passed(
+        "GPUs",
+        f"simulated: {gpus_in_words(gpus)} (simulate_gpus = {source.count}); NVML not asked. "
+        "Set simulate_gpus = 0 on a GPU server.",
+    )
+    return [summary, *health_findings(gpus, source.sample([g.uuid for g in gpus]))]
+
+
+def nvml_findings(nvml: Any = pynvml) -> tuple[list[Finding], CudaVersion | None]:
+    """The driver and each GPU's health, and the CUDA version the driver supports."""
+    subject = "NVIDIA driver"
+    source = NvmlSource(nvml)
+    try:
+        gpus = source.list_gpus()
+    except NoGPUSourceError as error:
+        return [
+            failed(
+                subject,
+                str(error),
+                f"install the driver ({SETUP_GUIDE}, step 2) and check `nvidia-smi`; "
+                "on a machine without GPUs run doctor with --simulate N",
+            )
+        ], None
+    driver = str(nvml.nvmlSystemGetDriverVersion())
+    cuda_number = nvml.nvmlSystemGetCudaDriverVersion()
+    cuda = (cuda_number // 1000, cuda_number % 1000 // 10)
+    detail = f"{driver} (CUDA {cuda[0]}.{cuda[1]}), NVML sees {gpus_in_words(gpus)}"
+    if not gpus:
+        return [
+            failed(
+                subject,
+                detail,
+                "check that `nvidia-smi -L` lists the GPUs; if not, reinstall the driver or "
+                "reseat the GPUs",
+            )
+        ], cuda
+    samples = source.sample([g.uuid for g in gpus])
+    return [passed(subject, detail), *health_findings(gpus, samples)], cuda
+
+
+def judge_config(path: Path, loaded: HubConfig | ConfigError) -> Finding:
+    subject = "jupyterhub_config.py"
+    if isinstance(loaded, ConfigError):
+        return failed(
+            subject,
+            f"cannot be used: {loaded}",
+            "fix it there (pass the hub's config with -f PATH), then run doctor again",
+        )
+    return passed(subject, f"{path} loads and uses {type(loaded.spawner).__name__}")
+
+
+def judge_gpu_settings(site: HubConfig, source: GPUSource) -> Finding:
+    subject = "GPU profiles and limits"
+    try:
+        hub = GPUSite.from_config(site.spawner, source)
+    except NoGPUSourceError:
+        return not_checked(subject, "no GPUs to check them against (see the NVIDIA driver line)")
+    except GPUConfigError as error:
+        return failed(
+            subject,
+            str(error),
+            f"edit the GPUSpawner settings in {site.path}; the hub would not start with them",
+        )
+    groups = sorted(site.spawner.group_limits)
+    return passed(
+        subject,
+        f"{len(hub.gpus)} GPU(s) in the pool; profiles {', '.join(p.slug for p in hub.profiles)}; "
+        f"group limits for {', '.join(groups) if groups else 'no group'}",
+    )

@@ -1,0 +1,107 @@
+"""The `gpuspawner` command: tools for the admin of the server a gpuspawner hub runs on.
+
+Each subcommand lives in the module of its name and is imported only when
+run, so `gpuspawner --help` stays quick.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+from importlib.metadata import version
+from pathlib import Path
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="gpuspawner",
+        description="Admin tools for a JupyterHub that shares this server's GPUs with gpuspawner.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {version('gpuspawner')}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    doctor = commands.add_parser(
+        "doctor",
+        help="check this host, the hub's config and its images; exit 1 on any failure",
+        description="Check Docker, the NVIDIA Container Toolkit, the driver and GPUs, the hub's "
+        "config, its images and whether containers reach the hub. One PASS, WARN or FAIL line "
+        "per check, with the fix; exit status 1 if any check fails.",
+    )
+    _config_options(doctor)
+
+    status = commands.add_parser(
+        "status",
+        help="each GPU, who holds it, and its load (works while the hub is down)",
+        description="Show the GPU pool from Docker's container labels and the GPUs' telemetry, "
+        "without asking the hub.",
+    )
+    _config_options(status)
+    _prefix_option(status)
+
+    cleanup = commands.add_parser(
+        "cleanup",
+        help="remove stopped gpuspawner containers and the dangling images they leave",
+        description="List (or with --yes, remove) stopped containers of gpuspawner servers, and "
+        "dangling images that they used or that were built from images/. Images any other "
+        "container still uses are kept.",
+    )
+    _prefix_option(cleanup)
+    cleanup.add_argument(
+        "--label",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="only containers and images that also carry this label (repeatable)",
+    )
+    cleanup.add_argument("--yes", action="store_true", help="remove them; without it, only list")
+    return parser
+
+
+def _config_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "-f",
+        "--config",
+        type=Path,
+        metavar="PATH",
+        help="the hub's jupyterhub_config.py (default: ./jupyterhub_config.py)",
+    )
+    parser.add_argument(
+        "--simulate",
+        type=count,
+        metavar="N",
+        help="use N simulated GPUs instead of NVML (overrides c.GPUSpawner.simulate_gpus; "
+        "0 asks NVML)",
+    )
+    parser.add_argument(
+        "--simulated-load",
+        default="",
+        metavar="FILE",
+        help="a JSON file that makes simulated GPUs look busy, hot or broken, for demos and "
+        'tests: {"0": {"utilization_percent": 90, "health": "lost"}, …} '
+        "(default: c.GPUSpawner.simulated_load_file)",
+    )
+
+
+def _prefix_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--prefix",
+        default="",
+        help="only servers whose container names start with this (c.DockerSpawner.prefix), "
+        "where several hubs share one Docker engine",
+    )
+
+
+def count(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError("must be 0 or more")
+    return value
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    command = importlib.import_module(f"gpuspawner.admin.{args.command}")
+    try:
+        return int(command.main(args))
+    except KeyboardInterrupt:
+        return 130

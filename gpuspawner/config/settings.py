@@ -1,0 +1,175 @@
+"""GPUSpawner's own settings, as a mixin: the hub's spawner and the admin tools both read them.
+
+Every trait reads as admin documentation: what it does, its unit, an example.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from traitlets import (
+    Bool,
+    Dict,
+    Enum,
+    Float,
+    HasTraits,
+    Integer,
+    List,
+    TraitError,
+    Unicode,
+    Union,
+    validate,
+)
+
+from ..core.placement import PLACEMENT_POLICIES
+
+
+class GPUSettings(HasTraits):
+    simulate_gpus = Integer(
+        0,
+        config=True,
+        help="""Run on this many simulated GPUs instead of asking NVML.
+
+        For demos and tests on machines without GPUs: the pool, the form, the
+        limits and the Docker device requests work as on a GPU server. Leave at
+        0 on a real GPU server. Example: `c.GPUSpawner.simulate_gpus = 8`.
+        """,
+    )
+    simulated_load_file = Unicode(
+        "",
+        config=True,
+        help="""With simulate_gpus: a JSON file that makes simulated GPUs look busy, hot or broken.
+
+        An object from GPU UUID or index to any of `utilization_percent`,
+        `memory_used_gib`, `temperature_celsius`, `power_watts`, `processes`
+        (a list of PIDs) and `health` (a reason: the GPU is then unhealthy).
+        Read on every monitor tick. Example: `{"0": {"utilization_percent": 95}}`.
+        """,
+    )
+    monitor_interval = Float(
+        10.0,
+        config=True,
+        help="""Seconds between two looks at Docker and NVML (telemetry, health,
+        GPUs used outside JupyterHub, GPU activity, containers still to remove).
+        More than 0. Example: `c.GPUSpawner.monitor_interval = 5`.""",
+    )
+
+    @validate("monitor_interval")
+    def _positive_interval(self, proposal: Any) -> float:
+        if not proposal.value > 0:
+            raise TraitError(
+                f"c.GPUSpawner.monitor_interval must be a number of seconds > 0, "
+                f"got {proposal.value!r}"
+            )
+        return float(proposal.value)
+
+    ignore_gpu_containers = List(
+        Unicode(),
+        config=True,
+        help="""Containers that reach GPUs only to watch them, which must not keep GPUs
+        out of the pool: by container name or image, shell-style wildcards allowed.
+
+        A container started outside JupyterHub that can reach a GPU (`--gpus all`,
+        `--gpus 2`, a device ID, a CDI name, an NVIDIA runtime, a GPU device node,
+        privileged mode) keeps that GPU out of the pool while it runs. Monitoring
+        agents reach every GPU without using it: name them here. Example::
+
+            c.GPUSpawner.ignore_gpu_containers = [
+                "dcgm-exporter", "nvcr.io/nvidia/k8s/dcgm-exporter:*",
+            ]
+        """,
+    )
+    avoid_gpus_with_foreign_processes = Bool(
+        False,
+        config=True,
+        help="""Keep a free GPU out of new allocations while NVML shows compute
+        processes on it that no server of the hub runs (a colleague's job
+        started outside JupyterHub). GPUs named in other containers' device
+        requests are always kept out.""",
+    )
+    gpu_busy_threshold = Float(
+        5.0,
+        config=True,
+        help="""Percent GPU utilisation at or above which a GPU counts as busy: its
+        server counts as active for the idle culler, and its gpu_idle_timeout
+        clock stops.""",
+    )
+    gpu_processes_count_as_busy = Bool(
+        True,
+        config=True,
+        help="""Count a GPU with compute processes as busy, whatever its utilisation.
+
+        True keeps any server whose kernel holds a CUDA context; set False to
+        reclaim GPUs held by idle notebooks that keep a model loaded.""",
+    )
+    exclude_gpus = List(
+        Union([Unicode(), Integer()]),
+        config=True,
+        help="""GPUs to keep out of the pool, by UUID ("GPU-…") or NVML index.
+
+        For a GPU reserved for the host's display or for jobs outside
+        JupyterHub. Example: `c.GPUSpawner.exclude_gpus = [7]`.
+        """,
+    )
+    placement = Enum(
+        list(PLACEMENT_POLICIES),
+        "packed",
+        config=True,
+        help="""How to choose GPUs for a server.
+
+        "packed" (default) fills partly used GPU pairs and quads first, keeping
+        whole aligned blocks free for multi-GPU servers; "spread" keeps
+        servers apart instead.
+        """,
+    )
+    profiles = List(
+        Dict(),
+        config=True,
+        help="""The choices on the spawn form, in KubeSpawner's profile_list shape.
+
+        Each entry: `display_name`, `slug`, `description`, `default`, `gpus`
+        (a count), `spawner_override` (settings for that profile, such as
+        `image`, `mem_limit`, `cpu_limit`). Empty: CPU only, 1, 2, 4 and all
+        GPUs. Example::
+
+            c.GPUSpawner.profiles = [
+                {"display_name": "CPU only", "slug": "cpu", "gpus": 0},
+                {"display_name": "1 × H100", "slug": "gpu-1", "gpus": 1, "default": True,
+                 "spawner_override": {"mem_limit": "64G"}},
+            ]
+        """,
+    )
+    group_limits = Dict(
+        config=True,
+        help="""Limits per JupyterHub group: group name → dict of limits.
+
+        Keys: `max_gpus_per_server`, `max_gpus_per_user`, `max_gpus_group` (all
+        members together), `profiles` (slugs the group may pick). A key left
+        out takes its value from `default_limits`. A user in several groups
+        gets the most generous value of each. Example::
+
+            c.GPUSpawner.group_limits = {
+                "students": {"max_gpus_per_user": 1, "max_gpus_group": 4},
+                "researchers": {"max_gpus_per_user": 4},
+            }
+        """,
+    )
+    default_limits = Dict(
+        config=True,
+        help="""Limits for users in no group listed in `group_limits`, and the
+        defaults for keys a listed group leaves out. Same keys as
+        `group_limits`; `max_gpus_group` here caps all users in no listed group
+        together. Empty: unlimited.
+        """,
+    )
+    limit_admins = Bool(
+        False,
+        config=True,
+        help="Apply group limits to hub admins too. By default admins are unlimited.",
+    )
+    form_template_paths = List(
+        Unicode(),
+        config=True,
+        help="""Folders searched for `gpuspawner_form.html` before the packaged
+        template, to restyle the spawn form.""",
+    )

@@ -1,0 +1,113 @@
+"""One hub's GPU site as its config describes it: the GPUs found, the profiles, the limits.
+
+Built once at hub start (and by `gpuspawner doctor`, to check a config the same
+way). Any problem here is a GPUConfigError: the hub must not start with it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from ..core.errors import UnsafeContainerConfig
+from ..core.gpus import GPU
+from ..core.limits import LimitsTable
+from ..core.placement import PLACEMENT_POLICIES
+from ..core.pool import Pool
+from ..core.profiles import Profile, parse_profiles
+from ..devices.nvml import NvmlSource
+from ..devices.simulated import SimulatedSource
+from ..devices.source import GPUSource, Inventory, discover
+from ..engine.escapes import settings_escapes
+
+
+class GPUConfig(Protocol):
+    """The GPUSpawner traits the site is built from."""
+
+    simulate_gpus: int
+    simulated_load_file: str
+    exclude_gpus: list[Any]
+    placement: str
+    profiles: list[Any]
+    group_limits: dict[str, Any]
+    default_limits: dict[str, Any]
+    limit_admins: bool
+
+
+@dataclass
+class GPUSite:
+    inventory: Inventory
+    profiles: list[Profile]
+    limits: LimitsTable
+    source: GPUSource
+    placement: str
+
+    @classmethod
+    def from_config(cls, config: GPUConfig, source: GPUSource | None = None) -> GPUSite:
+        """Check the whole GPU config against this machine; GPUConfigError says what is wrong."""
+        if source is None:
+            source = gpu_source(config.simulate_gpus, config.simulated_load_file)
+        inventory = discover(source, config.exclude_gpus)
+        profiles = parse_profiles(config.profiles, len(inventory.gpus))
+        limits = LimitsTable.parse(
+            config.group_limits,
+            config.default_limits,
+            [p.slug for p in profiles],
+            config.limit_admins,
+        )
+        if config.placement not in PLACEMENT_POLICIES:
+            raise ValueError(f"unknown placement policy {config.placement!r}")
+        return cls(inventory, profiles, limits, source, config.placement)
+
+    @property
+    def gpus(self) -> list[GPU]:
+        return self.inventory.gpus
+
+    @property
+    def excluded(self) -> list[GPU]:
+        return self.inventory.excluded
+
+    def new_pool(self, clock: Callable[[], float] = time.time) -> Pool:
+        """An empty pool of this site's GPUs, placed by their wiring."""
+        machine = [*self.inventory.gpus, *self.inventory.excluded]
+        topology = self.source.topology(machine)
+        return Pool([g.uuid for g in self.gpus], self.placement, clock, topology)
+
+
+def gpu_source(simulate_gpus: int, simulated_load_file: str = "") -> GPUSource:
+    """Simulated GPUs where the config asks for them, else the driver's, through NVML."""
+    if simulate_gpus:
+        return SimulatedSource(simulate_gpus, load_file=simulated_load_file)
+    return NvmlSource()
+
+
+def check_container_settings(spawner: Any, group_overrides: Mapping[str, Any]) -> None:
+    """UnsafeContainerConfig naming every setting that would hand a notebook GPUs (or the host)
+    outside its grant: the spawner's own, each profile's override, each group override's."""
+    layers: list[tuple[str, Mapping[str, Any]]] = [
+        ("c.GPUSpawner.", {name: getattr(spawner, name, None) for name in SETTINGS_CHECKED})
+    ]
+    for profile in spawner.profiles:
+        if isinstance(profile, Mapping) and isinstance(profile.get("spawner_override"), Mapping):
+            where = f"c.GPUSpawner.profiles[{profile.get('slug') or profile.get('display_name')}]"
+            layers.append((f"{where}.spawner_override.", profile["spawner_override"]))
+    for name, override in (group_overrides or {}).items():
+        if isinstance(override, Mapping) and isinstance(override.get("spawner_override"), Mapping):
+            where = f"c.Spawner.group_overrides[{name}].spawner_override."
+            layers.append((where, override["spawner_override"]))
+    problems = [p for where, settings in layers for p in settings_escapes(settings, where)]
+    if problems:
+        raise UnsafeContainerConfig(
+            "; ".join(problems) + ". A notebook gets GPUs only from the pool: remove these."
+        )
+
+
+SETTINGS_CHECKED = (
+    "extra_host_config",
+    "extra_create_kwargs",
+    "volumes",
+    "read_only_volumes",
+    "mounts",
+)

@@ -1,0 +1,122 @@
+"""When a GPU server must give its GPUs back: the culling policy, pure and clock-driven.
+
+Two per-group limits are ours to enforce, because only the hub's GPU
+monitor can see them: `gpu_idle_timeout` (its GPUs idle this long, even with
+a browser tab open) and `max_age` (the longest a GPU server may run).
+Ordinary idleness stays with jupyterhub-idle-culler: `idle_arbiter` lets it
+read the per-group `idle_timeout` / `cpu_idle_timeout` each server carries
+in its state, and the monitor keeps a busy GPU server's activity fresh so
+the culler spares a training run that prints nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from .gpus import Telemetry
+from .limits import Limited
+from .words import count_gpus, duration, from_group, your_server
+
+
+@dataclass(frozen=True)
+class Busyness:
+    """What counts as a busy GPU."""
+
+    threshold_percent: float = 5.0
+    processes_count: bool = True
+
+    def of(self, samples: Iterable[Telemetry | None]) -> bool | None:
+        """True if any GPU is busy, False if all are idle, None if any is unknown.
+
+        Unknown (no sample, or an unhealthy GPU) never counts as idle, so a
+        hiccup of NVML cannot get a server stopped.
+        """
+        known = True
+        for sample in samples:
+            if sample is None or sample.health or sample.utilization_percent is None:
+                known = False
+                continue
+            if sample.utilization_percent >= self.threshold_percent:
+                return True
+            if self.processes_count and sample.processes:
+                return True
+        return False if known else None
+
+
+@dataclass
+class IdleClock:
+    """Since when each server's GPUs have been idle, from the monitor's samples."""
+
+    idle_since: dict[int, float] = field(default_factory=dict)  # by grant key
+
+    def update(self, key: int, busy: bool | None, now: float) -> None:
+        if busy is False:
+            self.idle_since.setdefault(key, now)
+        else:
+            self.idle_since.pop(key, None)
+
+    def forget_all_but(self, keys: Iterable[int]) -> None:
+        kept = set(keys)
+        for key in list(self.idle_since):
+            if key not in kept:
+                del self.idle_since[key]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    key: int
+    reason: str
+
+
+def decide(
+    key: int,
+    gpus: int,
+    started: float,
+    idle_since: float | None,
+    durations: Mapping[str, Limited],
+    now: float,
+) -> Verdict | None:
+    """Whether a GPU server is over its max_age or gpu_idle_timeout, and why in words."""
+    if gpus == 0:
+        return None
+    max_age = durations.get("max_age", Limited(None, None))
+    if max_age.value is not None and now - started >= max_age.value:
+        return Verdict(
+            key,
+            f"it ran for {duration(now - started)}, the longest a GPU server may run "
+            f"(max_age{from_group(max_age.group)})",
+        )
+    idle_limit = durations.get("gpu_idle_timeout", Limited(None, None))
+    if idle_limit.value is not None and idle_since is not None:
+        idle = now - idle_since
+        if idle >= idle_limit.value:
+            return Verdict(
+                key,
+                f"its {count_gpus(gpus)} {'was' if gpus == 1 else 'were'} idle for "
+                f"{duration(idle)} (gpu_idle_timeout{from_group(idle_limit.group)})",
+            )
+    return None
+
+
+def notice(server: str, stopped_at: float, reason: str) -> str:
+    """What the user reads on their next spawn page."""
+    when = datetime.fromtimestamp(stopped_at, UTC).strftime("%Y-%m-%d %H:%M UTC")
+    name = your_server(server)
+    return f"{name[0].upper()}{name[1:]} was stopped at {when}: {reason}."
+
+
+def idle_arbiter(
+    *, inactive: timedelta, inactive_limit: int, server: dict[str, Any], **_: Any
+) -> bool:
+    """jupyterhub-idle-culler's cull_arbiter_hook: the server's own group timeout first.
+
+    gpuspawner puts the per-group `idle_timeout` (GPU servers) or
+    `cpu_idle_timeout` (CPU-only servers) in the server's state; without one
+    the culler's own --timeout applies. Reading state needs the culler's
+    role to hold the `admin:server_state` scope.
+    """
+    limit = float((server.get("state") or {}).get("idle_timeout", inactive_limit))
+    return inactive.total_seconds() >= limit

@@ -1,0 +1,227 @@
+"""Who may get how many GPUs: per-group limits, resolved per user, checked per request.
+
+Pure standard library. `LimitsTable.parse` turns the admin's `group_limits`
+and `default_limits` into checked values once, at hub start; `for_user`
+resolves one user's limits (the most generous of their groups' values);
+`admit` decides a request against what is held now, inside the pool's lock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from .errors import LimitsConfigError
+from .pool import Usage
+from .schema import known_keys_only
+from .words import DEFAULT_GROUP, count_gpus, from_group
+
+COUNT_KEYS = ("max_gpus_per_server", "max_gpus_per_user", "max_gpus_group")
+DURATION_KEYS = ("gpu_idle_timeout", "idle_timeout", "cpu_idle_timeout", "max_age")
+
+
+class LimitExceeded(Exception):
+    """A request over a limit. `key` and `group` name the limit for the user."""
+
+    def __init__(self, message: str, key: str, group: str | None) -> None:
+        super().__init__(message)
+        self.key, self.group = key, group
+
+
+@dataclass(frozen=True)
+class Limits:
+    """One group's limits. None means unlimited (for durations: never)."""
+
+    max_gpus_per_server: int | None = None
+    max_gpus_per_user: int | None = None
+    max_gpus_group: int | None = None
+    profiles: frozenset[str] | None = None
+    gpu_idle_timeout: float | None = None
+    idle_timeout: float | None = None
+    cpu_idle_timeout: float | None = None
+    max_age: float | None = None
+
+
+LIMIT_KEYS = tuple(f.name for f in fields(Limits))
+
+
+@dataclass(frozen=True)
+class Limited:
+    """A resolved value and the group it came from, so refusals can name it."""
+
+    value: Any
+    group: str | None
+
+
+@dataclass(frozen=True)
+class UserLimits:
+    max_gpus_per_server: Limited
+    max_gpus_per_user: Limited
+    profiles: Limited
+    quotas: Mapping[str, int | None] = field(default_factory=dict)
+    durations: Mapping[str, Limited] = field(default_factory=dict)
+
+    def may_pick(self, slug: str) -> bool:
+        return self.profiles.value is None or slug in self.profiles.value
+
+    def duration(self, key: str) -> Limited:
+        """A culling limit (seconds) and where it came from; Limited(None, …) for never."""
+        return self.durations.get(key, Limited(None, None))
+
+    def admit(self, gpus: int, user_id: int, usage: Usage) -> str | None:
+        """Raise LimitExceeded, or return the quota group to charge (None: no quota)."""
+        if gpus == 0:
+            return None
+        per_server = self.max_gpus_per_server
+        if per_server.value is not None and gpus > per_server.value:
+            raise LimitExceeded(
+                f"This profile asks for {count_gpus(gpus)}, but one server may hold at most "
+                f"{count_gpus(per_server.value)} "
+                f"(max_gpus_per_server{from_group(per_server.group)}). "
+                "Pick a smaller profile.",
+                "max_gpus_per_server",
+                per_server.group,
+            )
+        per_user = self.max_gpus_per_user
+        held = usage.by_user[user_id]
+        if per_user.value is not None and held + gpus > per_user.value:
+            raise LimitExceeded(
+                f"You already hold {count_gpus(held)} of your {count_gpus(per_user.value)} "
+                f"(max_gpus_per_user{from_group(per_user.group)}); "
+                f"this profile asks for {gpus} more. "
+                "Stop one of your other servers first, or pick a smaller profile.",
+                "max_gpus_per_user",
+                per_user.group,
+            )
+        return self._charge(gpus, usage)
+
+    def _charge(self, gpus: int, usage: Usage) -> str | None:
+        if not self.quotas or any(q is None for q in self.quotas.values()):
+            return None
+        roomiest = max(self.quotas, key=lambda g: (self.quotas[g] or 0) - usage.by_group[g])
+        quota = self.quotas[roomiest] or 0
+        if usage.by_group[roomiest] + gpus > quota:
+            raise LimitExceeded(
+                f"{_members(roomiest)} already hold {usage.by_group[roomiest]} of their "
+                f"{count_gpus(quota)} (max_gpus_group{from_group(roomiest)}); "
+                "this profile asks for "
+                f"{gpus} more. "
+                "Try again when a group member's server stops, or pick CPU only.",
+                "max_gpus_group",
+                roomiest,
+            )
+        return roomiest
+
+
+@dataclass(frozen=True)
+class LimitsTable:
+    groups: Mapping[str, Limits]
+    default: Limits
+    limit_admins: bool = False
+
+    @classmethod
+    def parse(
+        cls,
+        group_limits: Mapping[str, Any],
+        default_limits: Mapping[str, Any],
+        profile_slugs: Collection[str],
+        limit_admins: bool = False,
+    ) -> LimitsTable:
+        if not isinstance(group_limits, Mapping):
+            raise LimitsConfigError("c.GPUSpawner.group_limits must be a dict of group → limits")
+        default = _parse_limits(default_limits, "default_limits", None, profile_slugs)
+        groups = {
+            name: _parse_limits(raw, f"group_limits[{name!r}]", default, profile_slugs)
+            for name, raw in group_limits.items()
+        }
+        return cls(groups, default, limit_admins)
+
+    def for_user(self, groups: Iterable[str], admin: bool = False) -> UserLimits:
+        """One user's limits: the most generous of their groups'.
+
+        An admin (unless `limit_admins`) may take any number of GPUs and any
+        profile; culling limits apply to admins as to everyone in their groups.
+        """
+        listed = {g: self.groups[g] for g in sorted(set(groups)) if g in self.groups}
+        if not listed:
+            listed = {DEFAULT_GROUP: self.default}
+
+        def most_generous(key: str) -> Limited:
+            values = [(getattr(lim, key), name) for name, lim in listed.items()]
+            unlimited = [name for value, name in values if value is None]
+            if unlimited:
+                return Limited(None, unlimited[0])
+            return Limited(*max(values))
+
+        durations = {key: most_generous(key) for key in DURATION_KEYS}
+        if admin and not self.limit_admins:
+            unlimited = Limited(None, "admin")
+            return UserLimits(unlimited, unlimited, unlimited, durations=durations)
+        profiles = Limited(None, None)
+        if all(lim.profiles is not None for lim in listed.values()):
+            allowed = frozenset().union(*(lim.profiles or () for lim in listed.values()))
+            profiles = Limited(allowed, ", ".join(listed))
+        return UserLimits(
+            max_gpus_per_server=most_generous("max_gpus_per_server"),
+            max_gpus_per_user=most_generous("max_gpus_per_user"),
+            profiles=profiles,
+            quotas={name: lim.max_gpus_group for name, lim in listed.items()},
+            durations=durations,
+        )
+
+
+def _parse_limits(
+    raw: Any, where: str, default: Limits | None, profile_slugs: Collection[str]
+) -> Limits:
+    raw = known_keys_only(raw, f"c.GPUSpawner.{where}", LIMIT_KEYS, LimitsConfigError)
+    values: dict[str, Any] = {}
+    for key, value in raw.items():
+        if value is None:
+            values[key] = None
+        elif key in COUNT_KEYS:
+            values[key] = _count(value, f"{where}[{key!r}]")
+        elif key in DURATION_KEYS:
+            values[key] = _seconds(value, f"{where}[{key!r}]")
+        else:
+            values[key] = _profiles(value, f"{where}[{key!r}]", profile_slugs)
+    if default is not None:
+        # A group's quota is its own; every other key falls back to the default.
+        inherited = {
+            k: getattr(default, k) for k in LIMIT_KEYS if k not in raw and k != "max_gpus_group"
+        }
+        values = {**inherited, **values}
+    return Limits(**values)
+
+
+def _count(value: Any, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise LimitsConfigError(
+            f"c.GPUSpawner.{where} must be a whole number ≥ 0 or None, got {value!r}"
+        )
+    return value
+
+
+def _seconds(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        raise LimitsConfigError(
+            f"c.GPUSpawner.{where} must be a number of seconds > 0 or None, got {value!r}"
+        )
+    return float(value)
+
+
+def _profiles(value: Any, where: str, known: Collection[str]) -> frozenset[str]:
+    if isinstance(value, str) or not isinstance(value, Iterable):
+        raise LimitsConfigError(f"c.GPUSpawner.{where} must be a list of profile slugs")
+    slugs = frozenset(value)
+    unknown = slugs - set(known)
+    if unknown:
+        raise LimitsConfigError(
+            f"c.GPUSpawner.{where}: no profile with slug {', '.join(sorted(map(str, unknown)))}; "
+            f"profiles are: {', '.join(sorted(known))}"
+        )
+    return slugs
+
+
+def _members(group: str) -> str:
+    return "Users in no listed group" if group == DEFAULT_GROUP else f"Members of group {group}"

@@ -1,0 +1,157 @@
+"""Which free GPUs a server gets: placement by how the GPUs are wired.
+
+A `Topology` is the machine's GPUs in nested groups, tightest first: an
+NVLink pair, the GPUs behind one PCIe switch, one CPU socket's, the whole
+machine. It comes from a score per pair of GPUs (higher: better connected),
+as NVIDIA's gpuallocator scores links: each distinct score is a level, and a
+level's groups are the GPUs joined by links at least that good, so groups
+nest by construction. Where the driver reports no wiring, neighbours by NVML
+index share a switch, as on DGX/HGX boards: GPUs 0–1 are a pair, 0–3 a quad.
+
+A request for n GPUs is served from the tightest group that has n free, and
+filled group by group inside it, so a 2-GPU server gets a pair and a 4-GPU
+server a quad whenever one is free. Among groups of the same level the
+policy decides:
+- "packed" (default) takes the group whose surroundings are most used, which
+  keeps whole free groups for later multi-GPU requests;
+- "spread" takes the one whose surroundings are least used, which keeps
+  servers apart (cooler, less shared bandwidth) at the cost of fragmenting.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
+
+# A policy turns "free GPUs in the candidate group and in each group around it" into a
+# sort key: the smallest key wins.
+PLACEMENT_POLICIES: dict[str, Callable[[tuple[int, ...]], tuple[int, ...]]] = {
+    "packed": lambda free_around: free_around,
+    "spread": lambda free_around: tuple(-n for n in free_around),
+}
+
+LinkScore = Callable[[str, str], int]
+
+
+class NotEnoughGPUs(Exception):
+    def __init__(self, requested: int, free: int, total: int) -> None:
+        self.requested, self.free, self.total = requested, free, total
+        super().__init__(f"{requested} GPU(s) requested, {free} of {total} free")
+
+
+@dataclass(frozen=True)
+class Topology:
+    """GPUs (by UUID) in nested groups. `levels[0]` has one group per GPU, the last one group."""
+
+    order: tuple[str, ...]  # by NVML index: ties go to the lower index
+    levels: tuple[tuple[frozenset[str], ...], ...]
+
+    @classmethod
+    def from_scores(cls, order: Sequence[str], score: LinkScore) -> Topology:
+        """Groups of GPUs joined by links scoring at least each distinct score, best first."""
+        order = tuple(order)
+        pairs = [(a, b) for i, a in enumerate(order) for b in order[i + 1 :]]
+        thresholds = sorted({score(a, b) for a, b in pairs}, reverse=True)
+        levels = [tuple(frozenset([u]) for u in order)]
+        for threshold in thresholds:
+            groups = _components(order, [(a, b) for a, b in pairs if score(a, b) >= threshold])
+            if len(groups) < len(levels[-1]):
+                levels.append(groups)
+        if len(levels[-1]) > 1:  # no link joins everything: the machine is the last group
+            levels.append((frozenset(order),))
+        return cls(order, tuple(levels))
+
+    @classmethod
+    def by_index(cls, indices: Mapping[str, int]) -> Topology:
+        """Without wiring information: aligned blocks of 2, 4, 8 … GPUs by NVML index."""
+        order = sorted(indices, key=indices.__getitem__)
+        return cls.from_scores(order, lambda a, b: -(indices[a] ^ indices[b]).bit_length())
+
+    def restricted_to(self, members: Collection[str]) -> Topology:
+        """The same wiring among `members` only (the GPUs of the pool, not the excluded)."""
+        kept = set(members)
+        levels: list[tuple[frozenset[str], ...]] = []
+        for level in self.levels:
+            groups = tuple(g & kept for g in level if g & kept)
+            if not levels or len(groups) < len(levels[-1]):
+                levels.append(groups)
+        return Topology(tuple(u for u in self.order if u in kept), tuple(levels))
+
+
+class Placer:
+    """Chooses GPUs on one topology; built once per pool, used under its lock."""
+
+    def __init__(self, topology: Topology, policy: str = "packed") -> None:
+        if policy not in PLACEMENT_POLICIES:
+            raise ValueError(f"unknown placement policy {policy!r}: {sorted(PLACEMENT_POLICIES)}")
+        self.topology = topology
+        self.rank = PLACEMENT_POLICIES[policy]
+        self._position = {uuid: i for i, uuid in enumerate(topology.order)}
+        # group_of[level][uuid]: the index of the uuid's group at that level
+        self._group_of = [
+            {uuid: g for g, group in enumerate(level) for uuid in group}
+            for level in topology.levels
+        ]
+
+    def place(self, free: Collection[str], count: int) -> list[str]:
+        """`count` of the `free` GPUs, in index order; NotEnoughGPUs if there are fewer."""
+        free = set(free)
+        if count > len(free):
+            raise NotEnoughGPUs(count, len(free), len(self.topology.order))
+        if count == 0:
+            return []
+        levels = self.topology.levels
+        free_in = [[len(group & free) for group in level] for level in levels]
+        for depth, level in enumerate(levels):
+            fitting = [g for g, n in enumerate(free_in[depth]) if n >= count]
+            if fitting:
+                best = min(fitting, key=lambda g: self._key(depth, level[g], free_in))
+                chosen = self._fill(depth, level[best], free, count)
+                return sorted(chosen, key=self._position.__getitem__)
+        raise AssertionError("the last level holds every GPU")  # pragma: no cover
+
+    def _key(
+        self, depth: int, group: frozenset[str], free_in: list[list[int]]
+    ) -> tuple[tuple[int, ...], int]:
+        """Free GPUs in the group and in each group around it, ranked by policy; then index."""
+        member = next(iter(group))
+        around = tuple(free_in[d][self._group_of[d][member]] for d in range(depth, len(free_in)))
+        return (self.rank(around), min(self._position[u] for u in group))
+
+    def _fill(self, depth: int, group: frozenset[str], free: set[str], count: int) -> list[str]:
+        """`count` free GPUs of `group`, taken sub-group by sub-group, tightest first."""
+        available = group & free
+        if len(available) == count or depth == 0:
+            return sorted(available, key=self._position.__getitem__)[:count]
+        children = [child for child in self.topology.levels[depth - 1] if child & available]
+        first = {c: min(self._position[u] for u in c) for c in children}
+        fits = [c for c in children if len(c & available) >= count]
+        if fits:  # one sub-group can serve it all: the one with the fewest to spare
+            tightest = min(fits, key=lambda c: (len(c & available), first[c]))
+            return self._fill(depth - 1, tightest, free, count)
+        children.sort(key=lambda c: (-len(c & available), first[c]))
+        chosen: list[str] = []
+        for child in children:
+            take = min(count - len(chosen), len(child & available))
+            chosen += self._fill(depth - 1, child, free, take)
+            if len(chosen) == count:
+                break
+        return chosen
+
+
+def _components(order: Sequence[str], links: list[tuple[str, str]]) -> tuple[frozenset[str], ...]:
+    """Connected components of `links`, in `order` of their first member."""
+    parent = {u: u for u in order}
+
+    def root(u: str) -> str:
+        while parent[u] != u:
+            parent[u] = parent[parent[u]]
+            u = parent[u]
+        return u
+
+    for a, b in links:
+        parent[root(a)] = root(b)
+    groups: dict[str, set[str]] = {}
+    for u in order:
+        groups.setdefault(root(u), set()).add(u)
+    return tuple(frozenset(g) for g in groups.values())

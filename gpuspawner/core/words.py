@@ -1,0 +1,55 @@
+"""How gpuspawner says things: one spelling for each idea people read.
+
+Servers, GPU counts, durations and where a limit came from appear in refusals,
+notices, logs, pages and the command line; each is spelled here once.
+"""
+
+from __future__ import annotations
+
+DEFAULT_GROUP = "default_limits"
+
+
+def server_name(user: str, server: str) -> str:
+    """As JupyterHub names servers: "alice" for the default one, "alice/train" for a named one."""
+    return f"{user}/{server}" if server else user
+
+
+def your_server(server: str) -> str:
+    """ "your default server" / "your server 'train'": a server, to its own user."""
+    return f"your server {server!r}" if server else "your default server"
+
+
+def count_gpus(n: int | float) -> str:
+    """ "1 GPU", "2 GPUs", "0.5 GPU": the words users read in refusals and on the form."""
+    if isinstance(n, float) and not n.is_integer():
+        return f"{n:g} GPU"
+    n = int(n)
+    return f"{n} GPU" if n == 1 else f"{n} GPUs"
+
+
+def duration(seconds: float) -> str:
+    """ "2 h 5 min", "40 s": long enough to read, short enough to trust."""
+    seconds = int(seconds)
+    if seconds < 60:
+        return f"{seconds} s"
+    hours, minutes = divmod(seconds // 60, 60)
+    return f"{hours} h {minutes} min" if hours else f"{minutes} min"
+
+
+def from_group(group: str | None) -> str:
+    """ " of group students" / " from default_limits": where a limit came from."""
+    if group == DEFAULT_GROUP:
+        return " from default_limits"
+    return f" of group {group}" if group else ""
+
+
+def quoted(text: str, limit: int = 40) -> str:
+    """A user's text, quoted and cut short, for messages that echo it back."""
+    return repr(text if len(text) <= limit else text[:limit] + "…")
+
+
+def listed(items: list[str], most: int = 5) -> str:
+    """ "a, b, c and 12 more": a list that stays short whatever a request sends."""
+    shown = ", ".join(items[:most])
+    rest = len(items) - most
+    return f"{shown} and {rest:,} more" if rest > 0 else shown

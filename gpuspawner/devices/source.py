@@ -1,0 +1,69 @@
+"""The interface every GPU source offers, and the inventory the pool is built from."""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from ..core.errors import InventoryConfigError
+from ..core.gpus import GPU, Telemetry
+from ..core.placement import Topology
+
+log = logging.getLogger("gpuspawner")
+
+
+class GPUSource(Protocol):
+    """Where the inventory, the wiring and the telemetry come from."""
+
+    def list_gpus(self) -> list[GPU]: ...
+
+    def topology(self, gpus: Sequence[GPU]) -> Topology: ...
+
+    def sample(self, uuids: Sequence[str]) -> dict[str, Telemetry]: ...
+
+
+@dataclass(frozen=True)
+class Inventory:
+    """The GPUs for the pool, those the admin excluded, and those left out because they are
+    ambiguous (a UUID the driver reports twice cannot be handed out safely)."""
+
+    gpus: list[GPU]
+    excluded: list[GPU]
+    ambiguous: list[GPU]
+
+    def uuid_by_index(self) -> dict[str, str]:
+        """NVML index (as text, as Docker device requests may name GPUs) → UUID."""
+        return {str(g.index): g.uuid for g in (*self.gpus, *self.excluded)}
+
+
+def discover(source: GPUSource, exclude: Iterable[str | int] = ()) -> Inventory:
+    """The machine's GPUs, split by the admin's `exclude_gpus` (UUIDs or indices)."""
+    found = source.list_gpus()
+    twice = {uuid for uuid, n in Counter(g.uuid for g in found).items() if n > 1}
+    for uuid in sorted(twice):
+        log.error(
+            "gpuspawner: the driver reports GPU %s more than once (indices %s): "
+            "kept out of the pool",
+            uuid,
+            ", ".join(str(g.index) for g in found if g.uuid == uuid),
+        )
+    excluded_keys = {str(key) for key in exclude}
+    unknown = excluded_keys - {g.uuid for g in found} - {str(g.index) for g in found}
+    if unknown:
+        raise InventoryConfigError(
+            f"c.GPUSpawner.exclude_gpus names GPUs this machine does not have: "
+            f"{', '.join(sorted(unknown))}. Known: "
+            f"{', '.join(f'{g.index}={g.uuid}' for g in found) or 'none'}"
+        )
+
+    def is_excluded(gpu: GPU) -> bool:
+        return gpu.uuid in excluded_keys or str(gpu.index) in excluded_keys
+
+    return Inventory(
+        gpus=[g for g in found if g.uuid not in twice and not is_excluded(g)],
+        excluded=[g for g in found if g.uuid not in twice and is_excluded(g)],
+        ambiguous=[g for g in found if g.uuid in twice],
+    )

@@ -1,0 +1,58 @@
+"""The seam between the books and where containers run: this host's Docker engine today.
+
+The broker sees containers only through an `Engine`: what each running
+container is (one of our servers, from its labels, or something else) and
+which GPUs it can reach, and whether a server's containers are gone. Nothing
+on the broker's side of this seam imports `docker`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from ..core.reach import Reach
+
+
+@dataclass(frozen=True)
+class ServerLabels:
+    """What a gpuspawner container's labels say about its server.
+
+    The ids are None on containers made by gpuspawner 0.1, which labelled
+    only names; those are matched by user and server name.
+    """
+
+    hub: str  # the hub's DockerSpawner.prefix: several hubs can share one engine
+    spawner_id: int | None
+    user_id: int | None
+    user: str
+    server: str
+    uuids: tuple[str, ...]
+    since: float | None
+    quota_group: str | None
+
+
+@dataclass(frozen=True)
+class Seen:
+    """A container as the engine reports it, reduced to what the books need."""
+
+    id: str
+    name: str
+    image: str
+    running: bool
+    reach: Reach  # the GPUs it can reach, however it asked for them
+    server: ServerLabels | None = None  # gpuspawner's labels, when present and readable
+    label_problem: str | None = None  # gpuspawner's labels present but unreadable: why
+
+
+class Engine(Protocol):
+    """Where notebook containers run. Its calls block: the broker runs them in a worker thread."""
+
+    def containers(self) -> list[Seen]:
+        """Every container that is a gpuspawner server (in any state) or runs reaching a GPU."""
+        ...
+
+    def remove_server(self, hub: str, spawner_id: int, container_ids: tuple[str, ...] = ()) -> bool:
+        """Force-remove every container of one of our servers (by its labels, and the
+        `container_ids` known to be its); True once Docker confirms none is left."""
+        ...

@@ -1,0 +1,260 @@
+"""This host's Docker engine: device requests and labels going in, containers read back.
+
+`isolate` is applied to every container the spawner creates, whatever the
+config that built it, so a server gets exactly its granted GPUs and a CPU-only
+server none. `DockerEngine` reads containers back for the broker, because
+Docker is the ground truth: which servers run, and which GPUs every running
+container can reach, however it asked for them.
+
+The labels are the durable record of who holds what. They travel with the
+container, so they are right after a hub crash, a hub restart or a database
+restore, and a container and its record can never part; the hub's database
+only says which servers it believes run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import logging
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import docker
+import docker.errors
+
+from ..core.errors import UnsafeContainerConfig
+from ..core.pool import Grant
+from ..core.reach import Reach, from_cdi, from_count, from_ids
+from .base import Seen, ServerLabels
+from .escapes import GPU_DEVICE, clean_path, find_escapes, forbidden_source
+
+log = logging.getLogger("gpuspawner")
+
+LABEL_PREFIX = "gpuspawner."
+LABEL_HUB = LABEL_PREFIX + "hub"
+LABEL_SPAWNER_ID = LABEL_PREFIX + "spawner-id"
+LABEL_USER_ID = LABEL_PREFIX + "user-id"
+LABEL_USER = LABEL_PREFIX + "user"
+LABEL_SERVER = LABEL_PREFIX + "server"
+LABEL_GPUS = LABEL_PREFIX + "gpus"
+LABEL_QUOTA_GROUP = LABEL_PREFIX + "quota-group"
+LABEL_SINCE = LABEL_PREFIX + "since"
+
+NO_GPU = "void"
+GUARDED_ENV = ("NVIDIA_VISIBLE_DEVICES", "DOCKER_RESOURCE_")
+
+
+def device_requests(uuids: Iterable[str]) -> list[dict[str, Any]]:
+    """A device request naming each GPU by UUID: never a count, never an index."""
+    ids = list(uuids)
+    if not ids:
+        return []
+    return [{"Driver": "nvidia", "DeviceIDs": ids, "Capabilities": [["gpu"]]}]
+
+
+def labels(grant: Grant, hub: str) -> dict[str, str]:
+    holder = grant.holder
+    return {
+        LABEL_HUB: hub,
+        LABEL_SPAWNER_ID: str(holder.spawner_id),
+        LABEL_USER_ID: str(holder.user_id),
+        LABEL_USER: holder.user,
+        LABEL_SERVER: holder.server,
+        LABEL_GPUS: ",".join(grant.uuids),
+        LABEL_QUOTA_GROUP: grant.quota_group or "",
+        LABEL_SINCE: f"{grant.since:.3f}",
+    }
+
+
+def isolate(create_kwargs: dict[str, Any], grant: Grant, hub: str) -> dict[str, Any]:
+    """The container's create arguments, with exactly the granted GPUs and nothing else.
+
+    UnsafeContainerConfig if the config would reach GPUs (or the host) another way.
+    """
+    problems = find_escapes(create_kwargs)
+    if problems:
+        raise UnsafeContainerConfig(
+            "Refusing to start: the container config sets " + "; ".join(problems) + ". "
+            "Remove it from extra_host_config, extra_create_kwargs, volumes, mounts, "
+            "group_overrides or the profile's spawner_override."
+        )
+    host_config = dict(create_kwargs.get("host_config") or {})
+    host_config["DeviceRequests"] = device_requests(grant.uuids)
+    environment = {
+        name: value
+        for name, value in _env_dict(create_kwargs.get("environment")).items()
+        if not name.startswith(GUARDED_ENV)
+    }
+    if not grant.uuids:
+        # Without a device request the image's NVIDIA_VISIBLE_DEVICES (often "all")
+        # would reach the NVIDIA runtime wherever it is Docker's default.
+        environment["NVIDIA_VISIBLE_DEVICES"] = NO_GPU
+    return {
+        **create_kwargs,
+        "host_config": host_config,
+        "environment": environment,
+        "labels": {**(create_kwargs.get("labels") or {}), **labels(grant, hub)},
+    }
+
+
+def _env_dict(environment: Any) -> dict[str, str]:
+    if not environment:
+        return {}
+    if isinstance(environment, Mapping):
+        return {str(k): str(v) for k, v in environment.items()}
+    return dict(item.split("=", 1) if "=" in item else (item, "") for item in environment)
+
+
+def reach(inspected: Mapping[str, Any], default_runtime: str = "runc") -> Reach:
+    """The GPUs a container can reach, from `docker inspect`, in every form Docker knows."""
+    host = inspected.get("HostConfig") or {}
+    found = Reach()
+    for request in host.get("DeviceRequests") or []:
+        ids = request.get("DeviceIDs") or []
+        if request.get("Driver") == "cdi":
+            found |= from_cdi(ids)
+        elif _asks_for_gpus(request):
+            found |= from_ids(ids) if ids else from_count(int(request.get("Count") or 0))
+    devices = [str(d.get("PathOnHost", "")) for d in host.get("Devices") or []]
+    if any(GPU_DEVICE.match(clean_path(d)) for d in devices):
+        found |= Reach(every=True)
+    found |= from_cdi(d for d in devices if "=" in d)
+    mounted = [
+        m.get("Source", "") for m in inspected.get("Mounts") or [] if m.get("Type") == "bind"
+    ]
+    if host.get("Privileged") or any(_exposes_devices(path) for path in mounted):
+        found |= Reach(every=True)
+    runtime = host.get("Runtime") or default_runtime
+    if runtime == "nvidia" and not host.get("DeviceRequests"):
+        env = _env_dict((inspected.get("Config") or {}).get("Env"))
+        found |= from_ids([env.get("NVIDIA_VISIBLE_DEVICES", "")])
+    return found
+
+
+def _asks_for_gpus(request: Mapping[str, Any]) -> bool:
+    capabilities = {c for group in request.get("Capabilities") or [] for c in group}
+    return request.get("Driver") in ("", "nvidia", None) and (
+        "gpu" in capabilities or request.get("Driver") == "nvidia"
+    )
+
+
+def _exposes_devices(path: str) -> bool:
+    path = clean_path(path)
+    return forbidden_source(path) and (path == "/" or path.startswith("/dev"))
+
+
+def read_labels(container_labels: Mapping[str, str]) -> ServerLabels | None:
+    """Our server in a container's labels; None if not ours; ValueError if unreadable."""
+    if LABEL_USER not in container_labels:
+        return None
+    since_text = container_labels.get(LABEL_SINCE) or ""
+    since = float(since_text) if since_text else None
+    if since is not None and not math.isfinite(since):
+        raise ValueError(f"{LABEL_SINCE}={since_text!r} is not a time")
+    return ServerLabels(
+        hub=container_labels.get(LABEL_HUB, ""),
+        spawner_id=_id(container_labels, LABEL_SPAWNER_ID),
+        user_id=_id(container_labels, LABEL_USER_ID),
+        user=container_labels[LABEL_USER],
+        server=container_labels.get(LABEL_SERVER, ""),
+        uuids=tuple(u for u in container_labels.get(LABEL_GPUS, "").split(",") if u),
+        since=since,
+        quota_group=container_labels.get(LABEL_QUOTA_GROUP) or None,
+    )
+
+
+def _id(container_labels: Mapping[str, str], key: str) -> int | None:
+    text = container_labels.get(key)
+    if text is None:
+        return None
+    if not text.isdigit():
+        raise ValueError(f"{key}={text!r} is not an id")
+    return int(text)
+
+
+def seen(inspected: Mapping[str, Any], default_runtime: str = "runc") -> Seen:
+    """One container from `docker inspect`, as the books need it."""
+    config_labels = (inspected.get("Config") or {}).get("Labels") or {}
+    server, problem = None, None
+    try:
+        server = read_labels(config_labels)
+    except ValueError as error:
+        problem = str(error)
+    return Seen(
+        id=inspected["Id"],
+        name=inspected["Name"].lstrip("/"),
+        image=str((inspected.get("Config") or {}).get("Image", "")),
+        running=bool((inspected.get("State") or {}).get("Running")),
+        reach=reach(inspected, default_runtime),
+        server=server,
+        label_problem=problem,
+    )
+
+
+class DockerEngine:
+    """This host's Docker engine, through docker-py's low-level client (blocking calls)."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+
+    @classmethod
+    def connect(
+        cls, client_kwargs: Mapping[str, Any], tls_config: Mapping[str, Any] | None = None
+    ) -> DockerEngine:
+        """An engine on its own client, configured as DockerSpawner configures its own
+        (DOCKER_HOST and friends, then `client_kwargs`, `tls_config`)."""
+        kwargs: dict[str, Any] = {"version": "auto", **docker.utils.kwargs_from_env()}
+        if tls_config:
+            kwargs["tls"] = docker.tls.TLSConfig(**tls_config)
+        kwargs.update(client_kwargs)
+        return cls(docker.APIClient(**kwargs))
+
+    def containers(self) -> list[Seen]:
+        default_runtime = self.client.info().get("DefaultRuntime") or "runc"
+        summaries = {s["Id"]: s for s in self.client.containers()}
+        for ours in self.client.containers(all=True, filters={"label": LABEL_USER}):
+            summaries[ours["Id"]] = ours
+        found = []
+        for container_id in summaries:
+            try:
+                inspected = self.client.inspect_container(container_id)
+            except docker.errors.NotFound:
+                continue  # gone between the list and the inspect
+            container = seen(inspected, default_runtime)
+            if container.server or container.label_problem or container.reach:
+                found.append(container)
+        return found
+
+    def remove_server(self, hub: str, spawner_id: int, container_ids: tuple[str, ...] = ()) -> bool:
+        filters = {"label": [f"{LABEL_HUB}={hub}", f"{LABEL_SPAWNER_ID}={spawner_id}"]}
+        try:
+            labelled = [c["Id"] for c in self.client.containers(all=True, filters=filters)]
+            for container in {*labelled, *container_ids}:
+                with contextlib.suppress(docker.errors.NotFound):
+                    self.client.remove_container(container, force=True, v=True)
+            return not self.client.containers(all=True, filters=filters) and not any(
+                map(self._exists, container_ids)
+            )
+        except Exception as error:  # an API error, or no answer at all: not confirmed
+            log.warning(
+                "gpuspawner: Docker could not confirm server %s's container gone: %s",
+                spawner_id,
+                error,
+            )
+            return False
+
+    def _exists(self, container_id: str) -> bool:
+        try:
+            self.client.inspect_container(container_id)
+        except docker.errors.NotFound:
+            return False
+        return True
+
+
+def bridge_gateway(client: Any) -> str:
+    """The host's address on Docker's default bridge: where containers reach the hub."""
+    config = client.networks.get("bridge").attrs["IPAM"]["Config"][0]
+    # dockerd 20.10 leaves Gateway out of the default bridge's IPAM config; it is the first host.
+    return config.get("Gateway") or str(next(ipaddress.ip_network(config["Subnet"]).hosts()))

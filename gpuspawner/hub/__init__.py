@@ -1,0 +1,2 @@
+"""Inside the hub: the spawner, the broker that owns the GPU books, the monitor and the
+reclaimer, the GPU pages, the metrics and the templates."""

@@ -1,0 +1,263 @@
+"""The one owner of a hub's GPU books.
+
+One broker per hub process, started once when the hub starts (`startup`) and
+shared by every GPUSpawner, as KubeSpawner shares one reflector among all its
+spawners. It owns the pool, the one adoption path (at start, from Docker), the
+monitor and the reclaimer, the telemetry and the idle clocks, and the releases
+that wait for Docker's word.
+
+The durable record of who holds what is the containers' own labels and device
+requests (see `engine.docker`): Docker is the ground truth. A GPU goes back to
+the pool only once Docker confirms that the container holding it is gone;
+until then it stays held, shown as "stopping", and the monitor keeps asking.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fnmatch
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from ..config.site import GPUSite
+from ..core.culling import IdleClock
+from ..core.gpus import Telemetry
+from ..core.pool import AlreadyHolding, Grant, Holder
+from ..engine.base import Engine, Seen
+
+
+@dataclass(frozen=True)
+class KnownServers:
+    """The servers the hub's database says run: by (spawner id, user id), and by
+    (user name, server name) for containers gpuspawner 0.1 labelled with names only."""
+
+    ids: frozenset[tuple[int, int]] = frozenset()
+    by_name: Mapping[tuple[str, str], tuple[int, int]] = field(default_factory=dict)
+
+    def ids_of(self, seen: Seen) -> tuple[int, int] | None:
+        labels = seen.server
+        if labels is None:
+            return None
+        if labels.spawner_id is not None and labels.user_id is not None:
+            ids = (labels.spawner_id, labels.user_id)
+            return ids if ids in self.ids else None
+        return self.by_name.get((labels.user, labels.server))
+
+
+class BrokerNotRunning(RuntimeError):
+    """A GPUSpawner was used in a process whose hub did not start the broker."""
+
+
+class Broker:
+    """The books of one hub: reserve, adopt, and release on Docker's word."""
+
+    _current: ClassVar[Broker | None] = None
+
+    def __init__(
+        self,
+        site: GPUSite,
+        engine: Engine,
+        hub: str,
+        log: logging.Logger,
+        *,
+        ignore_containers: Iterable[str] = (),
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.site = site
+        self.pool = site.new_pool(clock)
+        self.engine = engine
+        self.hub = hub  # DockerSpawner.prefix: which containers on the engine are this hub's
+        self.log = log
+        self.ignore_containers = tuple(ignore_containers)
+        self.clock = clock
+        self.telemetry: dict[str, Telemetry] = {}  # the monitor's latest sample
+        self.idle = IdleClock()  # since when each grant's GPUs have all been idle
+        self.executor = ThreadPoolExecutor(1, thread_name_prefix="gpuspawner-broker")
+        self._machine = [g.uuid for g in (*site.inventory.gpus, *site.inventory.excluded)]
+        self._by_index = site.inventory.uuid_by_index()
+        self._containers: dict[int, set[str]] = {}  # grant key → container ids known to hold it
+        self._removing: dict[int, asyncio.Task[None]] = {}
+        self.stoppables: list[Callable[[], None]] = []  # the monitor and friends, for shutdown
+
+    # --- one per hub process -------------------------------------------------
+    @classmethod
+    def current(cls) -> Broker:
+        if cls._current is None:
+            raise BrokerNotRunning(
+                "gpuspawner's broker is not running: the hub starts it when "
+                "c.JupyterHub.spawner_class is a GPUSpawner"
+            )
+        return cls._current
+
+    def install(self) -> None:
+        if Broker._current is not None and Broker._current is not self:
+            raise RuntimeError("this hub process already has a gpuspawner broker")
+        Broker._current = self
+
+    async def shutdown(self) -> None:
+        """Stop the monitor and pending removals, and forget this broker (tests, hub exit)."""
+        for stop in self.stoppables:
+            stop()
+        for task in list(self._removing.values()):
+            task.cancel()
+        if Broker._current is self:
+            Broker._current = None
+        self.executor.shutdown(wait=False, cancel_futures=True)
+
+    # --- recovery -------------------------------------------------------------
+    def recover(self, containers: list[Seen], known: KnownServers) -> None:
+        """At hub start: adopt the GPUs of our running servers, and keep everyone else's out.
+
+        A container whose labels do not parse, a server the database does not
+        say runs, and a second server claiming a GPU another holds are not
+        adopted: one log line each names the container, and its GPUs stay out
+        of the pool as used outside JupyterHub for as long as it runs.
+        Adoption happens only here: later, a periodic adoption could
+        resurrect a server that just stopped.
+        """
+        for container in containers:
+            if container.label_problem:
+                self.log.error(
+                    "gpuspawner: container %s has unreadable labels (%s): not adopted; "
+                    "the GPUs it can reach stay out of the pool while it runs",
+                    container.name,
+                    container.label_problem,
+                )
+                continue
+            if not (container.running and self.is_ours(container)):
+                continue
+            ids = known.ids_of(container)
+            if ids is None:
+                continue  # the database does not say it runs: outside JupyterHub's books
+            labels = container.server
+            assert labels is not None
+            holder = Holder(ids[0], ids[1], labels.user, labels.server)
+            uuids = container.reach.uuids(self._by_index, self._machine)
+            try:
+                grant = self.pool.adopt(holder, sorted(uuids), labels.since, labels.quota_group)
+            except AlreadyHolding as conflict:
+                self.log.error(
+                    "gpuspawner: container %s not adopted: %s; those GPUs stay out of the "
+                    "pool while it runs",
+                    container.name,
+                    conflict,
+                )
+                continue
+            self._containers.setdefault(grant.key, set()).add(container.id)
+            self.log.info(
+                "gpuspawner: %s keeps GPU(s) %s (running container %s)",
+                holder.name,
+                ", ".join(grant.uuids) or "none",
+                container.name,
+            )
+        self.note_containers(containers, {})
+
+    def is_ours(self, container: Seen) -> bool:
+        """One of this hub's servers (another hub may share the engine)."""
+        labels = container.server
+        if labels is None:
+            return False
+        if labels.hub:
+            return labels.hub == self.hub
+        return container.name.startswith(f"{self.hub}-")  # labelled by gpuspawner 0.1
+
+    # --- what runs, each monitor tick -----------------------------------------
+    def note_containers(self, containers: list[Seen], foreign_processes: dict[str, str]) -> None:
+        """Keep GPUs that running containers reach out of the pool, unless the pool gave them
+        to that container's server; and free GPUs with `foreign_processes` (uuid → who)."""
+        external = dict(foreign_processes)
+        for container in containers:
+            if not container.running or self._ignored(container):
+                continue
+            grant = None
+            if container.server and container.server.spawner_id and self.is_ours(container):
+                grant = self.pool.grant_of(container.server.spawner_id)
+            for uuid in container.reach.uuids(self._by_index, self._machine):
+                if grant is None or uuid not in grant.uuids:
+                    external[uuid] = f"container {container.name}"
+        before = {u: self.pool.external_user(u) for u in self.pool.uuids}
+        self.pool.set_external(external)
+        for uuid in self.pool.uuids:
+            now = self.pool.external_user(uuid)
+            if now == before[uuid]:
+                continue
+            if now:
+                self.log.warning("gpuspawner: %s is used outside JupyterHub (%s)", uuid, now)
+            else:
+                self.log.info("gpuspawner: %s is no longer used outside JupyterHub", uuid)
+        for grant in self.pool.grants():
+            if grant.stopping and grant.key not in self._removing:
+                self._start_removal(grant.key)
+
+    def _ignored(self, container: Seen) -> bool:
+        names = (container.name, container.image)
+        return any(fnmatch.fnmatch(n, p) for n in names for p in self.ignore_containers)
+
+    # --- spawners ---------------------------------------------------------------
+    def reserve(self, holder: Holder, count: int, admit: Callable[..., str | None]) -> Grant:
+        """GPUs for a starting server (NotEnoughGPUs, or what `admit` raises, refuses)."""
+        return self.pool.allocate(holder, count, admit)
+
+    def grant_of(self, key: int) -> Grant | None:
+        return self.pool.grant_of(key)
+
+    def release_when_gone(
+        self, key: int, container_id: str = "", after: Future[object] | None = None
+    ) -> None:
+        """The hub says a server ended: its GPUs go back once Docker confirms its container
+        gone (after `after`, a create still in flight, has finished). Safe to repeat."""
+        if container_id:
+            self._containers.setdefault(key, set()).add(container_id)
+        grant = self.pool.begin_release(key)
+        if grant is None:
+            self._containers.pop(key, None)
+            return
+        if key not in self._removing:
+            self._start_removal(key, after)
+
+    async def settled(self, key: int) -> bool:
+        """Whether a server's earlier GPUs are released, after one more try if still stopping."""
+        grant = self.pool.grant_of(key)
+        if grant is None:
+            return True
+        if not grant.stopping:
+            return False
+        if key not in self._removing:
+            self._start_removal(key)
+        await asyncio.wait([self._removing[key]])
+        return self.pool.grant_of(key) is None
+
+    def _start_removal(self, key: int, after: Future[object] | None = None) -> None:
+        self._removing[key] = asyncio.ensure_future(self._remove(key, after))
+
+    async def _remove(self, key: int, after: Future[object] | None) -> None:
+        try:
+            if after is not None and not after.done():
+                await asyncio.wait([asyncio.wrap_future(after)])
+            loop = asyncio.get_running_loop()
+            ids = tuple(self._containers.get(key, ()))
+            gone = await loop.run_in_executor(
+                self.executor, self.engine.remove_server, self.hub, key, ids
+            )
+            grant = self.pool.grant_of(key)
+            if not gone:
+                if grant is not None:
+                    self.log.warning(
+                        "gpuspawner: %s ended, but Docker has not confirmed its container gone: "
+                        "GPU(s) %s stay held (stopping); asking again at the next monitor tick",
+                        grant.holder.name,
+                        ", ".join(grant.uuids),
+                    )
+                return
+            released = self.pool.release(key)
+            self._containers.pop(key, None)
+            if released is not None:
+                self.log.info(
+                    "gpuspawner: %s returned %s", released.holder.name, ", ".join(released.uuids)
+                )
+        finally:
+            self._removing.pop(key, None)

@@ -1,0 +1,124 @@
+"""The broker's eyes on the machine: every few seconds, Docker and NVML, read off the event loop.
+
+Each tick reads the containers and one telemetry sample per GPU in the
+broker's worker thread, then, back on the hub's loop, keeps out of the pool
+the GPUs that are unhealthy or used outside JupyterHub, retries removals
+Docker has not confirmed, and hands the observation to listeners (activity
+and culling). A failing read is logged and the tick skipped; it never stops
+the hub or a server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from tornado.ioloop import PeriodicCallback
+
+from ..core.gpus import Telemetry
+from ..engine.base import Seen
+from .broker import Broker
+
+
+@dataclass(frozen=True)
+class Observation:
+    telemetry: dict[str, Telemetry]
+    containers: list[Seen] | None  # None: Docker did not answer this time
+    docker_error: str | None = None
+
+
+Listener = Callable[[Observation], Awaitable[None] | None]
+
+
+@dataclass
+class Monitor:
+    broker: Broker
+    log: logging.Logger
+    interval_seconds: float = 10.0
+    avoid_foreign_processes: bool = False
+    listeners: list[Listener] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._callback: PeriodicCallback | None = None
+
+    def start(self) -> None:
+        self._callback = PeriodicCallback(self.tick, self.interval_seconds * 1000)
+        self._callback.start()
+        self.broker.stoppables.append(self.stop)
+
+    def stop(self) -> None:
+        if self._callback is not None:
+            self._callback.stop()
+
+    async def tick(self) -> None:
+        try:
+            loop = asyncio.get_running_loop()
+            observation = await loop.run_in_executor(self.broker.executor, self.observe)
+            self.apply(observation)
+            for listener in self.listeners:
+                result = listener(observation)
+                if result is not None:
+                    await result
+        except Exception:
+            self.log.exception("gpuspawner: monitor tick failed; trying again next tick")
+
+    def observe(self) -> Observation:
+        """Blocking reads, for a worker thread."""
+        broker = self.broker
+        try:
+            telemetry = broker.site.source.sample(broker.pool.uuids)
+        except Exception as error:
+            self.log.warning("gpuspawner: could not read GPU telemetry: %s", error)
+            telemetry = {}
+        try:
+            containers = broker.engine.containers()
+        except Exception as error:
+            return Observation(telemetry, None, str(error))
+        return Observation(telemetry, containers)
+
+    def apply(self, observation: Observation) -> None:
+        self.broker.telemetry = observation.telemetry
+        self._follow_health(observation.telemetry)
+        if observation.containers is None:
+            self.log.warning(
+                "gpuspawner: Docker did not answer (%s); GPUs used outside JupyterHub "
+                "are as last seen",
+                observation.docker_error,
+            )
+            return
+        self.broker.note_containers(
+            observation.containers, self._foreign_processes(observation.telemetry)
+        )
+
+    def _follow_health(self, telemetry: dict[str, Telemetry]) -> None:
+        pool = self.broker.pool
+        for uuid, sample in telemetry.items():
+            was = pool.unhealthy_reason(uuid)
+            if sample.health == was:
+                continue
+            if sample.health:
+                pool.mark_unhealthy(uuid, sample.health)
+                grant = pool.holder_of(uuid)
+                held = f"; {grant.holder.name} holds it and keeps running" if grant else ""
+                self.log.warning(
+                    "gpuspawner: %s is unhealthy (%s): no new server gets it%s",
+                    uuid,
+                    sample.health,
+                    held,
+                )
+            else:
+                pool.mark_healthy(uuid)
+                self.log.info("gpuspawner: %s is healthy again (was: %s)", uuid, was)
+
+    def _foreign_processes(self, telemetry: dict[str, Telemetry]) -> dict[str, str]:
+        """Free GPUs with compute processes: no server of ours runs them."""
+        if not self.avoid_foreign_processes:
+            return {}
+        pool = self.broker.pool
+        return {
+            uuid: f"processes {', '.join(map(str, sample.processes))} outside JupyterHub"
+            for uuid, sample in telemetry.items()
+            if sample.processes and pool.holder_of(uuid) is None
+        }

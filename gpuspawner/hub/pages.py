@@ -1,0 +1,68 @@
+"""The hub's GPU pages, admins only: the pool in JupyterHub's UI, and as JSON for scripts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from jupyterhub import orm
+from jupyterhub.apihandlers.base import APIHandler
+from jupyterhub.handlers.base import BaseHandler
+from jupyterhub.scopes import needs_scope
+from jupyterhub.utils import url_path_join
+from tornado import web
+
+from ..core.pool import Grant
+from .broker import Broker
+from .report import HolderNow, as_labelled, pool_report
+
+TEMPLATES = str(Path(__file__).with_name("templates"))
+
+
+class PoolReport:
+    """What both pages show: the report, each holder as the hub's database names it now."""
+
+    def report(self: Any) -> dict[str, Any]:
+        return pool_report(Broker.current(), self._holder_now)
+
+    def _holder_now(self: Any, grant: Grant) -> HolderNow:
+        spawner = self.db.get(orm.Spawner, grant.holder.spawner_id)
+        if spawner is None or spawner.user is None:
+            return as_labelled(grant)  # a server deleted while its container is going
+        return HolderNow(spawner.user.name, spawner.name, spawner.last_activity)
+
+
+class PoolAPIHandler(PoolReport, APIHandler):
+    """GET /hub/api/gpus: every GPU, its state, telemetry, health and holder."""
+
+    @needs_scope("admin:servers")
+    def get(self) -> None:
+        self.set_header("Content-Type", "application/json")
+        self.write(json.dumps(self.report()))
+
+
+class PoolPageHandler(PoolReport, BaseHandler):
+    """GET /hub/gpus: the same, as a page with a button to stop each holder's server."""
+
+    @web.authenticated
+    @needs_scope("admin:servers")
+    async def get(self) -> None:
+        html = await self.render_template("gpuspawner_admin.html", report=self.report())
+        self.finish(html)
+
+
+def handlers(hub_prefix: str) -> list[tuple[str, type]]:
+    return [
+        (url_path_join(hub_prefix, "api/gpus"), PoolAPIHandler),
+        (url_path_join(hub_prefix, "gpus"), PoolPageHandler),
+    ]
+
+
+def install(app: Any) -> None:
+    """Serve the pages, and let the hub's templates find ours (after the admin's own)."""
+    app.tornado_application.add_handlers(".*$", handlers(app.hub_prefix))
+    paths = app.tornado_settings["jinja2_env"].loader.loaders[-1].searchpath
+    if TEMPLATES not in paths:
+        own = app._template_paths_default()[0]
+        paths.insert(paths.index(own) if own in paths else len(paths), TEMPLATES)

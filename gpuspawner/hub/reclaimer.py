@@ -1,0 +1,82 @@
+"""Acting on the culling policy inside the hub: GPU activity, and stops with a reason.
+
+A monitor listener. For every server holding GPUs, each tick: a busy GPU
+counts as activity (the same fields the hub's activity API sets, written
+in-process, so jupyterhub-idle-culler spares a training run that prints
+nothing), and a server over its `max_age` or `gpu_idle_timeout` is stopped
+through the hub, with a notice its user reads on the next spawn page.
+A stop that fails is tried again on the next tick. Servers are found by the
+ids in their grant, so a renamed user's server is found all the same.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from jupyterhub.utils import utcnow
+
+from ..core.culling import Busyness, Verdict, decide, notice
+from ..core.pool import Grant
+from .broker import Broker
+from .monitor import Observation
+
+
+@dataclass
+class Reclaimer:
+    app: Any  # the JupyterHub application
+    broker: Broker
+    busyness: Busyness
+    log: logging.Logger
+
+    async def __call__(self, observation: Observation) -> None:
+        broker = self.broker
+        now = broker.clock()
+        grants = [g for g in broker.pool.grants() if not g.stopping]
+        broker.idle.forget_all_but(g.key for g in grants)
+        for grant in grants:
+            busy = self.busyness.of(observation.telemetry.get(u) for u in grant.uuids)
+            broker.idle.update(grant.key, busy, now)
+            try:
+                user = self.app.users[grant.holder.user_id]
+            except KeyError:
+                continue  # a user deleted while their server ran
+            if busy:
+                self._record_activity(user, grant.holder.server)
+            verdict = self._verdict(user, grant, now)
+            if verdict is not None:
+                await self._stop(user, grant.holder.server, verdict, now)
+
+    def _verdict(self, user: Any, grant: Grant, now: float) -> Verdict | None:
+        limits = self.broker.site.limits.for_user({g.name for g in user.groups}, bool(user.admin))
+        return decide(
+            grant.key,
+            len(grant.uuids),
+            grant.since,
+            self.broker.idle.idle_since.get(grant.key),
+            limits.durations,
+            now,
+        )
+
+    def _record_activity(self, user: Any, server: str) -> None:
+        orm_spawner = user.orm_user.orm_spawners.get(server)
+        if orm_spawner is None:
+            return
+        moment = utcnow(with_tz=False)
+        orm_spawner.last_activity = moment
+        if user.orm_user.last_activity is None or user.orm_user.last_activity < moment:
+            user.orm_user.last_activity = moment
+        self.app.db.commit()
+
+    async def _stop(self, user: Any, server: str, verdict: Verdict, now: float) -> None:
+        spawner = user.spawners.get(server)
+        if spawner is None or not spawner.ready:
+            return  # starting or already stopping: look again next tick
+        spawner.stop_notice = notice(server, now, verdict.reason)
+        self.log.warning("gpuspawner: stopping %s: %s", spawner._log_name, verdict.reason)
+        try:
+            await self.app.proxy.delete_user(user, server)
+            await user.stop(server)
+        except Exception:
+            self.log.exception("gpuspawner: stopping %s failed; trying again", spawner._log_name)

@@ -1,0 +1,335 @@
+"""GPUSpawner: DockerSpawner plus exclusive GPUs from the hub's shared pool.
+
+Wiring only. The books belong to the broker (one per hub), the rules to the
+core, the Docker specifics to the engine. A start reserves GPUs from the
+broker; every container the spawner creates gets exactly the reservation
+(`engine.docker.isolate`, at the one place containers are created). Every way
+a server ends reaches `clear_state`, which the hub calls even when `stop()`
+raised: the GPUs then go back only once Docker confirms the container gone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from concurrent.futures import Future
+from types import SimpleNamespace
+from typing import Any
+
+from dockerspawner import DockerSpawner
+from jupyterhub.spawner import SpawnException
+from jupyterhub.utils import utcnow
+from traitlets import Bool, TraitError, default, validate
+
+from ..config.settings import GPUSettings
+from ..core.culling import notice
+from ..core.errors import UnsafeContainerConfig
+from ..core.gpus import gpus_in_words
+from ..core.limits import Limited, LimitExceeded, UserLimits
+from ..core.placement import NotEnoughGPUs
+from ..core.pool import Grant, Holder
+from ..core.profiles import ANY_IMAGE, InvalidUserOptions, Profile, choose_profile
+from ..core.words import duration, from_group, your_server
+from ..engine.docker import isolate
+from . import form, startup
+from .broker import Broker, BrokerNotRunning
+from .metrics import ALLOCATION_SECONDS, SPAWNS_REFUSED
+
+LINKS_CANNOT_START = (
+    "A link cannot start a server: check the choice below and press Start. "
+    "(GPU servers start only from this form, or through the REST API with a token.)"
+)
+
+
+class QueryCannotSpawn(Exception):
+    """GET /hub/spawn?… tried to start a server: only a form POST or the API may."""
+
+
+class GPUSpawner(GPUSettings, DockerSpawner):
+    stop_notice: str | None = None  # why a policy stopped this server, for its next spawn page
+    idle_limit: Limited | None = None  # the group's idle timeout, for jupyterhub-idle-culler
+
+    @classmethod
+    def from_config(cls, config: Any) -> GPUSpawner:
+        """The spawner's settings outside any user's spawn: hub start, CLI tools.
+
+        DockerSpawner renders container names from a user as its config
+        loads, so this one gets a stand-in user name.
+        """
+        return cls(config=config, user=SimpleNamespace(name="gpuspawner"))
+
+    remove = Bool(
+        True,
+        config=True,
+        help="""Always True for GPUSpawner: containers are removed when their server stops.
+
+        A kept container would restart later with the GPUs it had, which the
+        pool may have given to someone else; setting False stops the hub.
+        Users' files belong in volumes (see `volumes`), which outlive containers.""",
+    )
+
+    @validate("remove")
+    def _require_remove(self, proposal: Any) -> bool:
+        if not proposal.value:
+            raise TraitError(
+                "GPUSpawner needs remove=True: a kept container would restart later "
+                "with the GPUs it had, which the pool may have given to someone else."
+            )
+        return True
+
+    @default("options_form")
+    def _default_options_form(self) -> Any:
+        return GPUSpawner._render_form
+
+    @default("apply_user_options")
+    def _default_apply_user_options(self) -> Any:
+        # start() checks and applies user_options itself, on every start; this only
+        # tells JupyterHub they are handled (else it warns of "unhandled user_options").
+        return lambda spawner, user_options: None
+
+    @default("options_from_form")
+    def _default_options_from_form(self) -> Any:
+        return _options_from_form
+
+    def options_from_query(self, query_data: dict[str, Any]) -> dict[str, Any]:
+        """Never: a GET carries no XSRF token, so a link on any site could start a server.
+
+        The hub then shows the form, with the link's profile chosen, for the user to confirm.
+        """
+        raise QueryCannotSpawn(LINKS_CANNOT_START)
+
+    # --- who this server is, to the broker ----------------------------------
+    @property
+    def broker(self) -> Broker:
+        return Broker.current()
+
+    @property
+    def holder(self) -> Holder:
+        return Holder(self.orm_spawner.id, self.user.id, self.user.name, self.name)
+
+    def _user_limits(self) -> UserLimits:
+        groups = {g.name for g in self.user.groups}
+        return self.broker.site.limits.for_user(groups, admin=bool(self.user.admin))
+
+    def _images_offered(self) -> list[str]:
+        """The images users may pick (DockerSpawner's allowed_images); ["*"] for any."""
+        allowed = self._get_allowed_images()
+        return [ANY_IMAGE] if allowed == ANY_IMAGE else list(allowed or ())
+
+    # --- the form -------------------------------------------------------------
+    def _render_form(self) -> str:
+        broker = self.broker
+        usage = broker.pool.usage()
+        free = broker.pool.free_count()
+        gpus = broker.site.gpus
+        limits = self._user_limits()
+        return form.render(
+            self.form_template_paths,
+            free=free,
+            total=len(gpus),
+            model=gpus[0].label if gpus else "",
+            rows=form.profile_rows(
+                broker.site.profiles,
+                limits,
+                self.user.id,
+                usage,
+                free,
+                gpus,
+                self._preselected(),
+            ),
+            holdings=form.holdings(limits, self.user.id, usage, broker.pool.grants()),
+            images=self._images_offered(),
+            notices=[
+                spawner.state["stop_notice"]
+                for spawner in self.user.orm_user.orm_spawners.values()
+                if spawner.server is None and (spawner.state or {}).get("stop_notice")
+            ],
+        )
+
+    def _preselected(self) -> str | None:
+        """The profile a link asked for, else the one this server had last time."""
+        request = getattr(self.handler, "request", None)
+        asked = request.query_arguments.get("profile") if request is not None else None
+        if asked:
+            return asked[0].decode("utf-8", "replace")
+        return (self.orm_spawner.user_options or {}).get("profile")
+
+    # --- start ------------------------------------------------------------------
+    def _chosen_profile(self) -> Profile:
+        try:
+            profile = choose_profile(
+                self.user_options, self.broker.site.profiles, self._images_offered()
+            )
+        except InvalidUserOptions as invalid:
+            raise _refused(str(invalid), "invalid_options", 400) from None
+        limits = self._user_limits()
+        if not limits.may_pick(profile.slug):
+            allowed = ", ".join(sorted(limits.profiles.value or ()))
+            raise _refused(
+                f"Profile {profile.slug!r} is not available to you "
+                f"(group {limits.profiles.group} may pick: {allowed}).",
+                "limit",
+                403,
+            )
+        return profile
+
+    def _reserve(self, profile: Profile) -> Grant:
+        limits = self._user_limits()
+        user_id = self.user.id
+        try:
+            with ALLOCATION_SECONDS.time():
+                return self.broker.reserve(
+                    self.holder,
+                    profile.gpus,
+                    admit=lambda usage: limits.admit(profile.gpus, user_id, usage),
+                )
+        except LimitExceeded as exceeded:
+            raise _refused(str(exceeded), "limit", 403) from None
+        except NotEnoughGPUs as short:
+            raise _refused(
+                f"Not enough free GPUs: profile {profile.display_name!r} needs {short.requested}, "
+                f"{short.free} of {short.total} are free right now. Try again when another "
+                "server stops, or pick a profile with fewer GPUs.",
+                "capacity",
+                409,
+            ) from None
+
+    async def start(self) -> Any:
+        profile = self._chosen_profile()
+        if not await self.broker.settled(self.orm_spawner.id):
+            raise _refused(
+                f"The container of {your_server(self.name)} has not been confirmed gone yet, so "
+                "its GPUs are still held. Try again in a minute; if this persists, ask an admin "
+                "(the GPUs page shows it as stopping).",
+                "capacity",
+                409,
+            )
+        self._apply_overrides(dict(profile.spawner_override))
+        grant = self._reserve(profile)
+        self.stop_notice = None
+        limits = self._user_limits()
+        self.idle_limit = limits.duration("idle_timeout" if profile.gpus else "cpu_idle_timeout")
+        self._reserved.set()
+        self.log.info(
+            "gpuspawner: %s gets %s (%s)",
+            self._log_name,
+            profile.slug,
+            ", ".join(grant.uuids) or "no GPU",
+        )
+        return await super().start()
+
+    @property
+    def _reserved(self) -> asyncio.Event:
+        """Set once this start has its GPUs: what the progress stream waits for."""
+        if not hasattr(self, "_reserved_event"):
+            self._reserved_event = asyncio.Event()
+        return self._reserved_event
+
+    def docker(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        if method != "create_container":
+            return super().docker(method, *args, **kwargs)
+        holder = self.holder
+        grant = self.broker.grant_of(holder.spawner_id) or Grant(holder, (), time.time())
+        try:
+            kwargs = isolate(kwargs, grant, self.prefix)
+        except UnsafeContainerConfig as unsafe:
+            raise SpawnException(str(unsafe), reason="config", status_code=500) from None
+        # Kept until the server ends: a cancelled start must wait for this create to finish
+        # before the container can be confirmed gone.
+        self._create_in_flight: Future[Any] | None = self.executor.submit(
+            self._docker, method, *args, **kwargs
+        )
+        return asyncio.wrap_future(self._create_in_flight)
+
+    async def progress(self) -> Any:
+        await self._reserved.wait()
+        grant = self.broker.grant_of(self.orm_spawner.id)
+        if grant is None:
+            yield {"progress": 30, "message": "CPU only: no GPU reserved"}
+            return
+        gpus = [g for g in self.broker.site.gpus if g.uuid in grant.uuids]
+        yield {
+            "progress": 30,
+            "message": f"Reserved {gpus_in_words(gpus)}: {', '.join(grant.uuids)}",
+        }
+
+    # --- end ----------------------------------------------------------------------
+    def clear_state(self) -> None:
+        container_id = self.object_id
+        in_flight = getattr(self, "_create_in_flight", None)
+        super().clear_state()
+        self._create_in_flight = None
+        self._reserved.clear()
+        if self.orm_spawner is None:
+            return
+        try:
+            broker = Broker.current()
+        except BrokerNotRunning:
+            return  # no broker, no books: nothing was reserved
+        broker.release_when_gone(self.orm_spawner.id, container_id, in_flight)
+
+    async def stop(self, now: bool = False) -> None:
+        self._note_idle_cull()
+        await super().stop(now)
+
+    def _note_idle_cull(self) -> None:
+        """A stop past the group's idle timeout is jupyterhub-idle-culler's: say so."""
+        limit, last = self.idle_limit, self.orm_spawner.last_activity
+        if self.stop_notice or limit is None or limit.value is None or last is None:
+            return
+        idle = (utcnow(with_tz=False) - last).total_seconds()
+        if idle >= limit.value:
+            reason = f"it was idle for {duration(idle)} (idle_timeout{from_group(limit.group)})"
+            self.stop_notice = notice(self.name, time.time(), reason)
+
+    # --- state ------------------------------------------------------------------------
+    def get_state(self) -> dict[str, Any]:
+        """DockerSpawner's state, the culling details, and (for API readers) the GPUs held.
+
+        The GPUs here are information only: the books are the broker's, rebuilt
+        from Docker at hub start.
+        """
+        state = super().get_state()
+        grant = self._grant_if_known()
+        if grant is not None:
+            state["gpus"] = list(grant.uuids)
+        if self.idle_limit is not None and self.idle_limit.value is not None:
+            state["idle_timeout"] = self.idle_limit.value
+            state["idle_timeout_group"] = self.idle_limit.group
+        if self.stop_notice:
+            state["stop_notice"] = self.stop_notice
+        return state
+
+    def _grant_if_known(self) -> Grant | None:
+        if self.orm_spawner is None:
+            return None
+        try:
+            return Broker.current().grant_of(self.orm_spawner.id)
+        except BrokerNotRunning:
+            return None
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        super().load_state(state)
+        self.stop_notice = state.get("stop_notice")
+        if "idle_timeout" in state:
+            self.idle_limit = Limited(state["idle_timeout"], state.get("idle_timeout_group"))
+
+
+def _refused(message: str, reason: str, status_code: int) -> SpawnException:
+    """A spawn refused before any container: counted, and shown to the user as is."""
+    SPAWNS_REFUSED.labels(reason).inc()
+    return SpawnException(message, reason=reason, status_code=status_code)
+
+
+def _options_from_form(formdata: dict[str, list[str]]) -> dict[str, Any]:
+    """Form fields as user_options, unchecked: validation happens at every start."""
+    return {
+        key: values[0] if len(values) == 1 else values
+        for key, values in formdata.items()
+        if key != "_xsrf"
+    }
+
+
+if "jupyterhub.app" in sys.modules:  # loaded by a hub: start the broker before any spawn
+    startup.install(GPUSpawner)

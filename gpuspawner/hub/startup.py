@@ -1,0 +1,136 @@
+"""Hub start: the one place gpuspawner hooks into JupyterHub itself.
+
+JupyterHub 6 gives spawners no start-up hook, and `JupyterHub.extra_handlers`
+is deprecated. The one moment with the whole config, the database and the web
+application, before any spawn is served, is the hub's own `init_spawners`
+step. `install` wraps that one method, once, after checking that this
+JupyterHub starts the way the adapter was written for (`check_start_sequence`;
+a test runs the check, so an upgrade that moves the step fails loudly). The
+wrapper does nothing in a hub whose spawner is not a GPUSpawner.
+
+`start_broker` is what the wrapper runs: check the config, rebuild the books
+from Docker, start the monitor and the reclaimer, and serve the GPU pages.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import time
+from typing import Any
+
+from jupyterhub import orm
+from traitlets import TraitError
+
+from ..config.site import GPUSite, check_container_settings
+from ..core.culling import Busyness
+from ..core.errors import GPUConfigError
+from ..core.gpus import gpus_in_words
+from ..engine.docker import DockerEngine
+from . import metrics, pages
+from .broker import Broker, KnownServers
+from .monitor import Monitor
+from .reclaimer import Reclaimer
+
+SUPPORTED_MAJOR_VERSIONS = (6,)
+
+
+class UnsupportedJupyterHub(RuntimeError):
+    """This JupyterHub does not start the way gpuspawner's start-up adapter expects."""
+
+
+def check_start_sequence(app_class: type, version: tuple[int, ...]) -> None:
+    """UnsupportedJupyterHub unless `init_spawners` is a coroutine that `initialize` runs
+    after the web application exists (so the GPU pages can be added there)."""
+    if version[0] not in SUPPORTED_MAJOR_VERSIONS:
+        raise UnsupportedJupyterHub(
+            f"gpuspawner's start-up adapter supports JupyterHub "
+            f"{', '.join(map(str, SUPPORTED_MAJOR_VERSIONS))}.x, not {'.'.join(map(str, version))}"
+        )
+    init_spawners = getattr(app_class, "init_spawners", None)
+    if not inspect.iscoroutinefunction(init_spawners):
+        raise UnsupportedJupyterHub("JupyterHub.init_spawners is no longer a coroutine method")
+    source = inspect.getsource(getattr(app_class, "initialize"))  # noqa: B009
+    web_app, spawners = source.find("init_tornado_application()"), source.find("init_spawners()")
+    if web_app < 0 or spawners < 0 or web_app > spawners:
+        raise UnsupportedJupyterHub(
+            "JupyterHub.initialize no longer runs init_spawners after init_tornado_application"
+        )
+
+
+def install(spawner_class: type) -> None:
+    """Have a hub whose spawner is a `spawner_class` start the broker before its spawners."""
+    from jupyterhub import version_info
+    from jupyterhub.app import JupyterHub
+
+    original = JupyterHub.init_spawners
+    if getattr(original, "gpuspawner", False):
+        return
+    check_start_sequence(JupyterHub, tuple(version_info[:3]))
+
+    @functools.wraps(original)
+    async def init_spawners(app: Any) -> Any:
+        configured = app.spawner_class
+        if isinstance(configured, type) and issubclass(configured, spawner_class):
+            await start_broker(app)
+        return await original(app)
+
+    init_spawners.gpuspawner = True  # type: ignore[attr-defined]
+    JupyterHub.init_spawners = init_spawners
+
+
+async def start_broker(app: Any, spawner_class: Any = None) -> Broker:
+    """Check the config, rebuild the books from Docker, start the monitor, add the GPU pages.
+
+    A config error stops the hub with one line that says what to fix.
+    """
+    spawner_class = spawner_class or app.spawner_class
+    try:
+        spawner = spawner_class.from_config(app.config)
+        check_container_settings(spawner, spawner.group_overrides)
+        site = GPUSite.from_config(spawner)
+    except (GPUConfigError, TraitError) as error:
+        app.log.critical("gpuspawner: %s", error)
+        app.exit(1)
+        raise  # app.exit raises SystemExit; a test's app may not
+    engine = DockerEngine.connect(spawner.client_kwargs, spawner.tls_config)
+    broker = Broker(
+        site, engine, spawner.prefix, app.log, ignore_containers=spawner.ignore_gpu_containers
+    )
+    started = time.perf_counter()
+    containers = await _blocking(broker, engine.containers)
+    broker.recover(containers, _known_servers(app.db))
+    app.log.info(
+        "gpuspawner: books rebuilt from %d container(s) in %.3f s",
+        len(containers),
+        time.perf_counter() - started,
+    )
+    broker.install()
+    monitor = Monitor(
+        broker, app.log, spawner.monitor_interval, spawner.avoid_gpus_with_foreign_processes
+    )
+    busyness = Busyness(spawner.gpu_busy_threshold, spawner.gpu_processes_count_as_busy)
+    monitor.listeners.append(Reclaimer(app, broker, busyness, app.log))
+    monitor.start()
+    metrics.register_once()
+    pages.install(app)
+    app.log.info(
+        "gpuspawner: %d GPU(s) in the pool (%s), %d free",
+        len(site.gpus),
+        gpus_in_words(site.gpus),
+        broker.pool.free_count(),
+    )
+    return broker
+
+
+async def _blocking(broker: Broker, call: Any) -> Any:
+    return await asyncio.get_running_loop().run_in_executor(broker.executor, call)
+
+
+def _known_servers(db: Any) -> KnownServers:
+    running = db.query(orm.Spawner).filter(orm.Spawner.server_id.isnot(None)).all()
+    return KnownServers(
+        ids=frozenset((s.id, s.user_id) for s in running),
+        by_name={(s.user.name, s.name): (s.id, s.user_id) for s in running},
+    )

@@ -1,0 +1,153 @@
+"""gpuspawner status: the pool as Docker's labels and the GPUs tell it, hub or no hub."""
+
+import json
+import re
+import time
+
+import pytest
+from admintools import gpuspawner, servers
+from realhub import CPU_IMAGE, Hub
+
+from gpuspawner.admin import status
+from gpuspawner.core.gpus import Telemetry
+from gpuspawner.core.pool import Grant, Holder
+from gpuspawner.devices.simulated import SimulatedSource
+from gpuspawner.engine import docker as engine
+
+SOURCE = SimulatedSource(8)
+GPUS = SOURCE.list_gpus()
+UUIDS = [g.uuid for g in GPUS]
+NOW = 1_750_000_000.0
+
+
+def inspected(name, labels=None, devices=()):
+    requests = [{"Driver": "nvidia", "DeviceIDs": list(devices), "Capabilities": [["gpu"]]}]
+    return engine.seen(
+        {
+            "Id": name,
+            "Name": f"/{name}",
+            "Config": {"Labels": labels or {}, "Image": "notebook"},
+            "State": {"Running": True},
+            "HostConfig": {"DeviceRequests": requests if devices else None},
+        }
+    )
+
+
+def ours(name, user, server, devices, since=NOW - 7500):
+    grant = Grant(Holder(1, 1, user, server), tuple(devices), since)
+    return inspected(name, engine.labels(grant, "jupyter"), devices)
+
+
+def table(output: str) -> dict[str, list[str]]:
+    """GPU index → the cells of its row, cut where the header's columns start."""
+    lines = output.splitlines()
+    starts = [m.start() for m in re.finditer(r"\S+", lines[0])]
+    bounds = list(zip(starts, [*starts[1:], None], strict=True))
+    rows = [[line[a:b].strip() for a, b in bounds] for line in lines[1:] if re.match(r"\d", line)]
+    return {row[0]: row for row in rows}
+
+
+def test_rows_name_each_gpus_holders_and_load():
+    by_index = {str(g.index): g.uuid for g in GPUS}
+    holdings = status.scan(
+        [
+            ours("jupyter-ann--train", "ann", "train", UUIDS[0:2]),
+            ours("jupyter-bob", "bob", "", []),
+            inspected("batch-job", devices=["3"]),  # by index, not ours
+            ours("otherhub-cat", "cat", "", UUIDS[4:5]),
+        ],
+        by_index,
+        UUIDS,
+        prefix="jupyter-",
+    )
+    samples = {u: Telemetry(0.0, 0, 30.0) for u in UUIDS}
+    samples[UUIDS[0]] = Telemetry(87.0, 12 * 2**30, 71.0)
+    samples[UUIDS[5]] = Telemetry(health="needs a reset")
+    rows = status.pool_rows(GPUS, [GPUS[7]], samples, holdings)
+    output = status.render(rows, holdings, NOW)
+    cells = table(output)
+
+    assert cells["0"][:6] == ["0", "ann/train", cells["0"][2], "87 %", "12/80 GiB", "71 °C"]
+    assert cells["0"][2].endswith("(2h 05m)")
+    assert cells["0"][2].startswith(time.strftime("%Y-%m-%d %H:%M", time.localtime(NOW - 7500)))
+    assert cells["1"][1] == "ann/train"
+    assert cells["3"][1] == "batch-job (not gpuspawner)"
+    assert cells["4"][1] == "free"  # another hub's server: not shown under this prefix
+    assert cells["5"][1] == "unhealthy" and cells["5"][-1] == "needs a reset"
+    assert cells["7"][1] == "excluded"
+    assert cells["2"][-2:] == [UUIDS[2], "ok"]
+    assert output.splitlines()[-3:] == [
+        "3 of 7 GPU(s) free.",
+        "Unhealthy, not handed out: GPU 5 (needs a reset).",
+        "CPU-only servers: bob.",
+    ]
+
+
+def test_values_a_gpu_does_not_report_show_as_a_dash():
+    rows = status.pool_rows(GPUS[:1], [], {UUIDS[0]: Telemetry()}, status.Holdings())
+    assert table(status.render(rows, status.Holdings(), NOW))["0"][3:6] == ["–", "–", "–"]
+
+
+def test_containers_asking_for_devices_this_host_lacks_are_named():
+    holdings = status.scan([inspected("ghost", devices=["GPU-gone"])], {}, UUIDS[:1])
+    rows = status.pool_rows(GPUS[:1], [], {UUIDS[0]: Telemetry()}, holdings)
+    output = status.render(rows, holdings, NOW)
+    assert output.endswith("Containers ask for devices this host does not have: GPU-gone.")
+    # which GPU it would reach cannot be known, so it counts as reaching them all
+    assert table(output)["0"][1] == "ghost (not gpuspawner)"
+
+
+@pytest.mark.docker
+def test_status_reads_the_pool_from_running_containers(tmp_path):
+    load = tmp_path / "load.json"
+    load.write_text(
+        json.dumps(
+            {
+                "6": {"utilization_percent": 93, "temperature_celsius": 71, "memory_used_gib": 40},
+                "3": {"health": "lost: the GPU has fallen off the bus"},
+            }
+        )
+    )
+    since = time.time() - 3 * 3600
+    with servers("status") as made:
+        made.create(
+            "ann--train", CPU_IMAGE, Grant(Holder(1, 1, "ann", "train"), tuple(UUIDS[6:8]), since)
+        )
+        made.create("bob--notes", CPU_IMAGE, Grant(Holder(2, 2, "bob", "notes"), (), since))
+        eve = Grant(Holder(3, 3, "eve", "old"), tuple(UUIDS[4:5]), since)
+        made.create("old", CPU_IMAGE, eve, start=False)
+        device = {"Driver": "nvidia", "DeviceIDs": [UUIDS[5]], "Capabilities": [["gpu"]]}
+        made.create("batch", CPU_IMAGE, None, device_requests=[device])
+        done = gpuspawner(
+            "status", "--simulate", "8", "--simulated-load", str(load), "--prefix", made.prefix,
+            cwd=tmp_path,
+        )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    cells = table(done.stdout)
+    assert cells["6"][1] == cells["7"][1] == "ann/train"
+    assert cells["6"][2].endswith("(3h 00m)")
+    assert cells["6"][3:6] == ["93 %", "40/80 GiB", "71 °C"]
+    assert cells["5"][1] == f"{made.prefix}-batch (not gpuspawner)"
+    assert cells["4"][1] == "free"  # eve's container stopped: it holds nothing
+    assert cells["3"][1] == "unhealthy"
+    assert cells["3"][-1] == "lost: the GPU has fallen off the bus"
+    assert "CPU-only servers: bob/notes." in done.stdout
+
+
+def test_status_works_while_the_hub_is_down(hub_factory, tmp_path):
+    hub: Hub = hub_factory("c.GPUSpawner.simulate_gpus = 4\n")
+    hub.add_users("ann")
+    hub.spawn_ready("ann", "train", profile="gpu-2")
+    held = hub.held_uuids("ann", "train")
+    hub.kill()
+    done = gpuspawner("status", "-f", str(hub.config_file), "--prefix", hub.prefix, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    holders = {row[-2]: row[1] for row in table(done.stdout).values()}
+    assert sorted(uuid for uuid, holder in holders.items() if holder == "ann/train") == sorted(held)
+    assert "2 of 4 GPU(s) free." in done.stdout
+
+
+def test_status_without_gpus_or_simulation_says_why(tmp_path):
+    done = gpuspawner("status", cwd=tmp_path)
+    assert done.returncode == 1
+    assert "NVML could not start" in done.stderr

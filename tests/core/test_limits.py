@@ -1,0 +1,125 @@
+import pytest
+
+from gpuspawner.core.errors import LimitsConfigError
+from gpuspawner.core.limits import LimitExceeded, LimitsTable
+from gpuspawner.core.pool import Usage
+from gpuspawner.core.words import DEFAULT_GROUP
+
+SLUGS = ["cpu", "gpu-1", "gpu-2", "gpu-4"]
+
+
+def table(groups=None, default=None, limit_admins=False):
+    return LimitsTable.parse(groups or {}, default or {}, SLUGS, limit_admins)
+
+
+def usage(by_user=None, by_group=None):
+    u = Usage()
+    u.by_user.update(by_user or {})
+    u.by_group.update(by_group or {})
+    return u
+
+
+def test_a_missing_key_takes_the_default():
+    limits = table({"students": {"max_gpus_group": 2}}, {"max_gpus_per_user": 1})
+    student = limits.for_user({"students"})
+    assert student.max_gpus_per_user.value == 1
+    assert student.quotas == {"students": 2}
+
+
+def test_several_groups_give_the_most_generous_value():
+    limits = table(
+        {
+            "students": {"max_gpus_per_user": 1, "profiles": ["cpu", "gpu-1"]},
+            "researchers": {"max_gpus_per_user": 4, "profiles": ["gpu-2"]},
+            "staff": {"max_gpus_per_server": None},
+        }
+    )
+    both = limits.for_user({"students", "researchers"})
+    assert both.max_gpus_per_user.value == 4
+    assert both.max_gpus_per_user.group == "researchers"
+    assert both.profiles.value == {"cpu", "gpu-1", "gpu-2"}
+    assert limits.for_user({"students", "staff"}).profiles.value is None
+
+
+def test_users_in_no_listed_group_get_the_default():
+    limits = table({"students": {"max_gpus_per_user": 1}}, {"max_gpus_per_user": 2})
+    other = limits.for_user({"some-unlisted-group"})
+    assert other.max_gpus_per_user.value == 2
+    assert other.max_gpus_per_user.group == DEFAULT_GROUP
+
+
+def test_admins_are_unlimited_unless_configured():
+    strict = {"max_gpus_per_user": 0}
+    assert table(default=strict).for_user(set(), admin=True).max_gpus_per_user.value is None
+    limited = table(default=strict, limit_admins=True).for_user(set(), admin=True)
+    assert limited.max_gpus_per_user.value == 0
+
+
+@pytest.mark.parametrize("limit_admins", [False, True])
+def test_admins_are_culled_like_their_groups(limit_admins):
+    """Every limits object answers every culling key (an admin's spawn once crashed on it)."""
+    limits = table(
+        {"staff": {"gpu_idle_timeout": 600}},
+        {"idle_timeout": 3600},
+        limit_admins=limit_admins,
+    )
+    admin = limits.for_user({"staff"}, admin=True)
+    assert admin.duration("gpu_idle_timeout").value == 600
+    assert admin.duration("idle_timeout").value == 3600
+    assert admin.duration("cpu_idle_timeout").value is None
+    assert admin.duration("max_age").value is None
+
+
+def test_refusals_name_the_limit_and_group():
+    limits = table(
+        {"students": {"max_gpus_per_server": 1, "max_gpus_per_user": 1, "max_gpus_group": 2}}
+    )
+    student = limits.for_user({"students"})
+    with pytest.raises(LimitExceeded, match="max_gpus_per_server of group students") as e:
+        student.admit(2, "s1", usage())
+    assert (e.value.key, e.value.group) == ("max_gpus_per_server", "students")
+    with pytest.raises(LimitExceeded, match="You already hold 1 GPU of your 1 GPU"):
+        student.admit(1, "s1", usage({"s1": 1}, {"students": 1}))
+    with pytest.raises(LimitExceeded, match="Members of group students already hold 2") as e:
+        student.admit(1, "s3", usage({"s1": 1, "s2": 1}, {"students": 2}))
+    assert e.value.key == "max_gpus_group"
+    assert student.admit(1, "s1", usage()) == "students"
+    assert student.admit(0, "s1", usage({"s1": 1}, {"students": 2})) is None
+
+
+def test_quota_is_charged_to_the_group_with_room():
+    limits = table({"a": {"max_gpus_group": 1}, "b": {"max_gpus_group": 3}})
+    user = limits.for_user({"a", "b"})
+    assert user.admit(1, "x", usage(by_group={"a": 1})) == "b"
+    # a group without a quota means no quota for its members
+    free_for_all = table({"a": {"max_gpus_group": 1}, "c": {}}).for_user({"a", "c"})
+    assert free_for_all.admit(4, "x", usage(by_group={"a": 1})) is None
+
+
+def test_default_limits_quota_caps_everyone_unlisted_together():
+    limits = table(default={"max_gpus_group": 1})
+    with pytest.raises(LimitExceeded, match="Users in no listed group already hold 1"):
+        limits.for_user(set()).admit(1, "y", usage({"x": 1}, {DEFAULT_GROUP: 1}))
+
+
+@pytest.mark.parametrize(
+    ("groups", "message"),
+    [
+        ({"students": {"max_gpu": 1}}, r"group_limits\['students'\]: unknown key\(s\) max_gpu"),
+        ({"students": {"max_gpus_per_user": -1}}, r"\['max_gpus_per_user'\] must be a whole"),
+        ({"students": {"max_gpus_per_user": "2"}}, r"must be a whole number"),
+        ({"students": {"max_gpus_per_user": True}}, r"must be a whole number"),
+        ({"students": {"profiles": ["gpu-8"]}}, r"\['profiles'\]: no profile with slug gpu-8"),
+        ({"students": {"profiles": "gpu-1"}}, r"must be a list of profile slugs"),
+        ({"students": {"max_age": 0}}, r"\['max_age'\] must be a number of seconds > 0"),
+        ({"students": 3}, r"group_limits\['students'\] must be a dict"),
+    ],
+)
+def test_malformed_config_names_group_and_key(groups, message):
+    with pytest.raises(LimitsConfigError, match=message):
+        table(groups)
+
+
+def test_malformed_default_limits_are_named():
+    with pytest.raises(LimitsConfigError, match=r"default_limits: unknown key"):
+        table(default={"gpus": 1})

@@ -1,0 +1,228 @@
+import pytest
+
+from gpuspawner.core.errors import UnsafeContainerConfig
+from gpuspawner.core.pool import Grant, Holder
+from gpuspawner.core.reach import Reach
+from gpuspawner.engine import docker as engine
+from gpuspawner.engine.base import ServerLabels
+
+HOLDER = Holder(12, 3, "ann", "train")
+GPU_GRANT = Grant(HOLDER, ("GPU-a", "GPU-b"), 100.0, "students")
+CPU_GRANT = Grant(Holder(13, 3, "ann", "notes"), (), 100.0)
+HUB = "jupyter"
+MACHINE = ["GPU-a", "GPU-b", "GPU-c", "GPU-d"]
+BY_INDEX = {str(i): u for i, u in enumerate(MACHINE)}
+
+
+def create_kwargs(**host_config):
+    return {
+        "image": "notebook",
+        "environment": {"JUPYTERHUB_API_TOKEN": "t", "NVIDIA_VISIBLE_DEVICES": "all"},
+        "host_config": {"NetworkMode": "bridge", **host_config},
+    }
+
+
+def test_gpu_servers_get_a_device_request_by_uuid_and_labels():
+    isolated = engine.isolate(create_kwargs(), GPU_GRANT, HUB)
+    assert isolated["host_config"]["DeviceRequests"] == [
+        {"Driver": "nvidia", "DeviceIDs": ["GPU-a", "GPU-b"], "Capabilities": [["gpu"]]}
+    ]
+    assert "NVIDIA_VISIBLE_DEVICES" not in isolated["environment"]
+    assert isolated["environment"]["JUPYTERHUB_API_TOKEN"] == "t"
+    labels = isolated["labels"]
+    assert labels["gpuspawner.gpus"] == "GPU-a,GPU-b"
+    assert labels["gpuspawner.quota-group"] == "students"
+    assert (labels["gpuspawner.spawner-id"], labels["gpuspawner.user-id"]) == ("12", "3")
+    assert labels["gpuspawner.hub"] == HUB
+
+
+def test_cpu_servers_see_no_gpu_whatever_the_image_says():
+    isolated = engine.isolate(create_kwargs(), CPU_GRANT, HUB)
+    assert isolated["host_config"]["DeviceRequests"] == []
+    assert isolated["environment"]["NVIDIA_VISIBLE_DEVICES"] == "void"
+
+
+def test_guarded_variables_are_dropped_from_list_environments():
+    kwargs = {
+        "environment": ["A=1", "DOCKER_RESOURCE_NVIDIA_GPU=GPU-x", "NVIDIA_DRIVER_CAPABILITIES=all"]
+    }
+    env = engine.isolate(kwargs, GPU_GRANT, HUB)["environment"]
+    assert env == {"A": "1", "NVIDIA_DRIVER_CAPABILITIES": "all"}
+
+
+# Every way into GPUs or the host that a container config can take, in the spellings
+# docker-py passes through and dockerd accepts (JSON field names match in any case).
+ESCAPES = [
+    ({"host_config": {"Privileged": True}}, "privileged=True"),
+    ({"host_config": {"privileged": True}}, "privileged=True"),
+    ({"host_config": {"PRIVILEGED": 1}}, "privileged=True"),
+    ({"host_config": {"Runtime": "nvidia"}}, "runtime='nvidia'"),
+    ({"runtime": "nvidia"}, "runtime='nvidia'"),
+    ({"host_config": {"device_requests": [{"Count": -1}]}}, "device_requests"),
+    ({"host_config": {"devices": ["/dev/nvidia0:/dev/nvidia0:rwm"]}}, "GPU devices"),
+    ({"host_config": {"Devices": [{"PathOnHost": "//dev/./nvidia1"}]}}, "GPU devices"),
+    ({"host_config": {"Devices": [{"PathOnHost": "/dev/char/195:0"}]}}, "GPU devices"),
+    ({"host_config": {"Devices": [{"PathOnHost": "/dev/dri/card0"}]}}, "GPU devices"),
+    ({"host_config": {"Devices": [{"PathOnHost": "nvidia.com/gpu=all"}]}}, "GPU devices"),
+    ({"host_config": {"DeviceCgroupRules": ["c 195:* rmw"]}}, "device_cgroup_rules"),
+    ({"host_config": {"cap_add": ["SYS_ADMIN"]}}, r"cap_add \['SYS_ADMIN'\]"),
+    ({"host_config": {"CapAdd": ["cap_sys_admin"]}}, r"cap_add \['SYS_ADMIN'\]"),
+    ({"host_config": {"CapAdd": ["ALL"]}}, r"cap_add \['ALL'\]"),
+    ({"host_config": {"security_opt": ["apparmor=unconfined"]}}, "security_opt"),
+    ({"host_config": {"SecurityOpt": ["seccomp:unconfined"]}}, "security_opt"),
+    ({"host_config": {"SecurityOpt": ["systempaths=unconfined"]}}, "security_opt"),
+    ({"host_config": {"pid_mode": "host"}}, "pid_mode='host'"),
+    ({"host_config": {"PidMode": "HOST"}}, "pid_mode='host'"),
+    ({"host_config": {"Binds": ["/:/host"]}}, "mounts of /"),
+    ({"host_config": {"Binds": ["/dev:/dev:rw"]}}, "mounts of /dev"),
+    ({"host_config": {"binds": ["//dev:/x"]}}, "mounts of /dev"),
+    ({"host_config": {"Binds": ["/./dev/../dev:/x"]}}, "mounts of /dev"),
+    ({"host_config": {"Binds": ["/dev/char/195:0:/x"]}}, "mounts of /dev/char"),
+    ({"host_config": {"Binds": ["/var/run/docker.sock:/s"]}}, "mounts of /var/run/docker.sock"),
+    ({"host_config": {"Binds": ["/run:/r"]}}, "mounts of /run"),
+    ({"host_config": {"Binds": ["/proc:/p"]}}, "mounts of /proc"),
+    (
+        {"host_config": {"Mounts": [{"Source": "/dev/nvidia1", "Target": "/x", "Type": "bind"}]}},
+        "mounts of /dev/nvidia1",
+    ),
+    (
+        {
+            "host_config": {
+                "mounts": [
+                    {
+                        "type": "volume",
+                        "source": "v",
+                        "target": "/d",
+                        "volume_options": {
+                            "driver_config": {
+                                "name": "local",
+                                "options": {"type": "none", "o": "bind", "device": "/dev"},
+                            }
+                        },
+                    }
+                ]
+            }
+        },
+        "mounts of /dev",
+    ),
+    (
+        {"host_config": {"Binds": ["/dev/null:/var/run/nvidia-container-devices/GPU-c"]}},
+        "NVIDIA device requests",
+    ),
+    ({"host_config": {"Annotations": {"cdi.k8s.io/gpu": "nvidia.com/gpu=0"}}}, "CDI"),
+]
+
+
+@pytest.mark.parametrize(("create", "named"), ESCAPES)
+def test_every_way_to_gpus_or_the_host_is_refused(create, named):
+    with pytest.raises(UnsafeContainerConfig, match=named):
+        engine.isolate({"image": "notebook", **create}, GPU_GRANT, HUB)
+
+
+@pytest.mark.parametrize(
+    "host_config",
+    [
+        {"Binds": ["/srv/home/ann:/home/jovyan/work:rw", "/data:/data:ro"]},
+        {"Binds": ["gpuspawner-home-ann:/home/jovyan/work"]},
+        {"CapAdd": ["SYS_PTRACE"], "SecurityOpt": ["no-new-privileges"]},
+        {"Devices": [{"PathOnHost": "/dev/fuse"}]},
+        {"Mounts": [{"Type": "tmpfs", "Target": "/tmp"}]},
+    ],
+)
+def test_ordinary_configs_pass(host_config):
+    engine.isolate(create_kwargs(**host_config), GPU_GRANT, HUB)
+
+
+def inspected(labels=None, running=True, **host_config):
+    return {
+        "Id": "c0ffee",
+        "Name": "/jupyter-ann--train",
+        "Config": {"Labels": labels or {}, "Image": "notebook", "Env": []},
+        "State": {"Running": running},
+        "HostConfig": host_config,
+    }
+
+
+def test_our_servers_are_read_back_from_labels_and_device_requests():
+    seen = engine.seen(
+        inspected(
+            engine.labels(GPU_GRANT, HUB),
+            DeviceRequests=[{"Driver": "nvidia", "DeviceIDs": ["GPU-a", "GPU-b"]}],
+        )
+    )
+    assert seen.server == ServerLabels(
+        HUB, 12, 3, "ann", "train", ("GPU-a", "GPU-b"), 100.0, "students"
+    )
+    assert seen.reach.uuids(BY_INDEX, MACHINE) == {"GPU-a", "GPU-b"}
+    assert seen.name == "jupyter-ann--train" and seen.running and seen.label_problem is None
+
+
+@pytest.mark.parametrize(
+    ("bad", "problem"),
+    [
+        ({"gpuspawner.since": "yesterday"}, "could not convert"),
+        ({"gpuspawner.since": "inf"}, "gpuspawner.since='inf' is not a time"),
+        ({"gpuspawner.since": "nan"}, "is not a time"),
+        (
+            {"gpuspawner.spawner-id": "12; rm -rf"},
+            "gpuspawner.spawner-id='12; rm -rf' is not an id",
+        ),
+        ({"gpuspawner.user-id": "-1"}, "is not an id"),
+    ],
+)
+def test_unreadable_labels_are_named_not_fatal(bad, problem):
+    seen = engine.seen(inspected({**engine.labels(GPU_GRANT, HUB), **bad}))
+    assert seen.server is None
+    assert problem in seen.label_problem
+
+
+def test_labels_of_gpuspawner_0_1_have_names_but_no_ids():
+    labels = {"gpuspawner.user": "ann", "gpuspawner.server": "", "gpuspawner.gpus": "GPU-a"}
+    server = engine.seen(inspected(labels)).server
+    assert (server.spawner_id, server.user_id, server.hub, server.user) == (None, None, "", "ann")
+
+
+# How containers started by hand reach GPUs: every form Docker knows.
+REACH = [
+    ({"DeviceRequests": [{"Driver": "", "Count": -1, "Capabilities": [["gpu"]]}]}, MACHINE),
+    (
+        {"DeviceRequests": [{"Driver": "", "Count": 2, "Capabilities": [["gpu"]]}]},
+        ["GPU-a", "GPU-b"],
+    ),
+    ({"DeviceRequests": [{"Driver": "nvidia", "DeviceIDs": ["2"]}]}, ["GPU-c"]),
+    (
+        {"DeviceRequests": [{"Driver": "", "DeviceIDs": ["0,3"], "Capabilities": [["gpu"]]}]},
+        ["GPU-a", "GPU-d"],
+    ),
+    ({"DeviceRequests": [{"Driver": "nvidia", "DeviceIDs": ["GPU-b"]}]}, ["GPU-b"]),
+    ({"DeviceRequests": [{"Driver": "nvidia", "DeviceIDs": ["all"]}]}, MACHINE),
+    ({"DeviceRequests": [{"Driver": "nvidia", "DeviceIDs": ["GPU-elsewhere"]}]}, MACHINE),
+    ({"DeviceRequests": [{"Driver": "cdi", "DeviceIDs": ["nvidia.com/gpu=1"]}]}, ["GPU-b"]),
+    ({"DeviceRequests": [{"Driver": "cdi", "DeviceIDs": ["nvidia.com/gpu=all"]}]}, MACHINE),
+    ({"Devices": [{"PathOnHost": "nvidia.com/gpu=GPU-c"}]}, ["GPU-c"]),
+    ({"Devices": [{"PathOnHost": "/dev/nvidia3"}]}, MACHINE),
+    ({"Privileged": True}, MACHINE),
+    ({"Runtime": "nvidia"}, []),  # no NVIDIA_VISIBLE_DEVICES: the toolkit gives none
+    ({"DeviceRequests": [{"Driver": "other", "DeviceIDs": ["x"]}]}, []),
+    ({}, []),
+]
+
+
+@pytest.mark.parametrize(("host_config", "reached"), REACH)
+def test_every_way_a_container_reaches_gpus_is_read(host_config, reached):
+    assert engine.reach(inspected(**host_config)).uuids(BY_INDEX, MACHINE) == set(reached)
+
+
+def test_an_nvidia_runtime_reads_the_containers_visible_devices():
+    container = inspected(Runtime="nvidia")
+    container["Config"]["Env"] = ["NVIDIA_VISIBLE_DEVICES=1,GPU-d"]
+    assert engine.reach(container).uuids(BY_INDEX, MACHINE) == {"GPU-b", "GPU-d"}
+    # where nvidia is Docker's default runtime, a container without a runtime gets it too
+    container = inspected()
+    container["Config"]["Env"] = ["NVIDIA_VISIBLE_DEVICES=all"]
+    assert engine.reach(container) == Reach()
+    assert engine.reach(container, default_runtime="nvidia").uuids(BY_INDEX, MACHINE) == set(
+        MACHINE
+    )
+    container["Config"]["Env"] = ["NVIDIA_VISIBLE_DEVICES=void"]
+    assert not engine.reach(container, default_runtime="nvidia")

@@ -1,0 +1,162 @@
+"""The broker's books from what Docker reports: recovery and the GPUs used outside the hub.
+
+These take containers as `docker inspect` shows them (through the engine's own
+reader); the broker's calls to Docker itself are tested in-process on the real
+engine (tests/hub/test_spawner.py) and on the real stack (tests/stack).
+"""
+
+import logging
+
+from gpuspawner.config.settings import GPUSettings
+from gpuspawner.config.site import GPUSite
+from gpuspawner.core.pool import DeviceState, Grant, Holder
+from gpuspawner.engine import docker as engine
+from gpuspawner.hub.broker import Broker, KnownServers
+
+LOG = logging.getLogger("test")
+HUB = "jupyter"
+
+
+def broker_with(gpus: int = 4, ignore: tuple[str, ...] = ()) -> Broker:
+    site = GPUSite.from_config(GPUSettings(simulate_gpus=gpus))
+    return Broker(site, engine.DockerEngine(client=None), HUB, LOG, ignore_containers=ignore)
+
+
+def ours(holder: Holder, uuids: tuple[str, ...], name: str, hub: str = HUB, **labels) -> object:
+    grant = Grant(holder, uuids, 100.0)
+    return engine.seen(
+        {
+            "Id": name,
+            "Name": f"/{name}",
+            "Config": {"Labels": {**engine.labels(grant, hub), **labels}, "Image": "notebook"},
+            "State": {"Running": True},
+            "HostConfig": {"DeviceRequests": engine.device_requests(uuids)},
+        }
+    )
+
+
+def foreign(name: str, *device_ids: str, image: str = "job") -> object:
+    return engine.seen(
+        {
+            "Id": name,
+            "Name": f"/{name}",
+            "Config": {"Labels": {}, "Image": image},
+            "State": {"Running": True},
+            "HostConfig": {"DeviceRequests": [{"Driver": "nvidia", "DeviceIDs": list(device_ids)}]},
+        }
+    )
+
+
+ANN = Holder(1, 10, "ann")
+BOB = Holder(2, 11, "bob", "train")
+
+
+def known(*holders: Holder) -> KnownServers:
+    return KnownServers(
+        frozenset((h.spawner_id, h.user_id) for h in holders),
+        {(h.user, h.server): (h.spawner_id, h.user_id) for h in holders},
+    )
+
+
+def test_recovery_adopts_known_servers_and_keeps_everything_else_out():
+    broker = broker_with(4)
+    u = broker.pool.uuids
+    running = [
+        ours(ANN, (u[0], u[1]), "jupyter-ann"),
+        ours(Holder(9, 19, "zed"), (u[2],), "other-zed", hub="other"),  # another hub's server
+        foreign("preprocess", "3"),  # by index
+    ]
+    broker.recover(running, known(ANN))
+    assert broker.pool.grant_of(ANN.spawner_id).uuids == (u[0], u[1])
+    assert broker.pool.grant_of(9) is None
+    assert broker.pool.states() == {
+        u[0]: DeviceState.ALLOCATED,
+        u[1]: DeviceState.ALLOCATED,
+        u[2]: DeviceState.EXTERNAL,
+        u[3]: DeviceState.EXTERNAL,
+    }
+    assert broker.pool.external_user(u[2]) == "container other-zed"
+
+
+def test_a_server_the_database_does_not_know_is_not_adopted():
+    broker = broker_with(2)
+    u = broker.pool.uuids
+    broker.recover([ours(ANN, (u[0],), "jupyter-ann")], known())
+    assert broker.pool.grants() == []
+    assert broker.pool.states()[u[0]] is DeviceState.EXTERNAL
+
+
+def test_unreadable_labels_are_logged_and_their_gpus_kept_out(caplog):
+    broker = broker_with(2)
+    u = broker.pool.uuids
+    broken = ours(ANN, (u[0],), "jupyter-ann", **{"gpuspawner.since": "inf"})
+    broker.recover([broken], known(ANN))
+    assert broker.pool.grants() == []
+    assert broker.pool.states()[u[0]] is DeviceState.EXTERNAL
+    [line] = [r.getMessage() for r in caplog.records if "unreadable" in r.getMessage()]
+    assert "container jupyter-ann has unreadable labels (gpuspawner.since='inf' is not a time)" in (
+        line
+    )
+
+
+def test_two_servers_claiming_one_gpu_leave_it_out_of_the_pool(caplog):
+    broker = broker_with(2)
+    u = broker.pool.uuids
+    broker.recover(
+        [ours(ANN, (u[0],), "jupyter-ann"), ours(BOB, (u[0],), "jupyter-bob--train")],
+        known(ANN, BOB),
+    )
+    assert broker.pool.grant_of(ANN.spawner_id).uuids == (u[0],)
+    assert broker.pool.grant_of(BOB.spawner_id) is None
+    assert broker.pool.free_count() == 1
+    assert "container jupyter-bob--train not adopted: bob/train claims GPUs held by others" in (
+        caplog.text
+    )
+    broker.pool.begin_release(ANN.spawner_id)
+    broker.pool.release(ANN.spawner_id)  # ann's server goes; bob's container still has the GPU
+    broker.note_containers([ours(BOB, (u[0],), "jupyter-bob--train")], {})
+    assert broker.pool.states()[u[0]] is DeviceState.EXTERNAL
+
+
+def test_containers_of_gpuspawner_0_1_are_matched_by_name():
+    broker = broker_with(2)
+    u = broker.pool.uuids
+    old = engine.seen(
+        {
+            "Id": "old",
+            "Name": f"/{HUB}-ann",
+            "Config": {"Labels": {"gpuspawner.user": "ann", "gpuspawner.server": ""}},
+            "State": {"Running": True},
+            "HostConfig": {"DeviceRequests": engine.device_requests([u[1]])},
+        }
+    )
+    broker.recover([old], known(ANN))
+    assert broker.pool.grant_of(ANN.spawner_id).uuids == (u[1],)
+
+
+def test_gpus_come_back_when_the_outside_containers_go():
+    broker = broker_with(2)
+    u = broker.pool.uuids
+    broker.recover([foreign("job", u[0])], known())
+    assert broker.pool.free_count() == 1
+    broker.note_containers([], {})
+    assert broker.pool.free_count() == 2
+
+
+def test_a_container_holding_more_than_its_grant_keeps_the_extra_out():
+    broker = broker_with(2)
+    u = broker.pool.uuids
+    granted = broker.reserve(ANN, 1, admit=lambda usage: None).uuids
+    other = next(x for x in u if x not in granted)
+    broker.note_containers([ours(ANN, (*granted, other), "jupyter-ann")], {})
+    assert broker.pool.states()[other] is DeviceState.EXTERNAL
+
+
+def test_monitoring_containers_the_admin_names_keep_nothing_out():
+    broker = broker_with(2, ignore=("nvcr.io/nvidia/k8s/dcgm-exporter:*",))
+    broker.note_containers(
+        [foreign("dcgm", "all", image="nvcr.io/nvidia/k8s/dcgm-exporter:3.3.5")], {}
+    )
+    assert broker.pool.free_count() == 2
+    broker.note_containers([foreign("train", "all")], {})
+    assert broker.pool.free_count() == 0
