@@ -1,6 +1,6 @@
 """Running the `gpuspawner` admin command as an admin does, and servers for it to find.
 
-The servers are containers made as GPUSpawner makes them (containers.isolate),
+The servers are containers made as GPUSpawner makes them (engine.docker.isolate),
 with names under a prefix the test owns, so a test sees and removes only its own.
 """
 
@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import docker
+from realhub import SESSION_PREFIXES
 
-from gpuspawner import containers
-from gpuspawner.pool import Grant
+from gpuspawner.core.pool import Grant
+from gpuspawner.engine import docker as engine
 
 GPUSPAWNER = Path(sys.executable).with_name("gpuspawner")
 
@@ -38,7 +39,9 @@ def gpuspawner(
 
 
 def unique_prefix(kind: str) -> str:
-    return f"gst{kind}{secrets.token_hex(3)}"
+    prefix = f"gst{kind}{secrets.token_hex(3)}"
+    SESSION_PREFIXES.add(prefix)
+    return prefix
 
 
 class Servers:
@@ -65,7 +68,7 @@ class Servers:
             "labels": dict(labels or {}),
         }
         if grant is not None:
-            kwargs = containers.isolate(kwargs, grant)
+            kwargs = engine.isolate(kwargs, grant, self.prefix)
         if device_requests:
             kwargs["host_config"]["DeviceRequests"] = device_requests
         created = self.api.create_container(

@@ -1,9 +1,11 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
+import docker
 import pytest
-from realhub import Hub
+from realhub import SESSION_PREFIXES, SESSION_PROXY_PORTS, Hub
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -34,3 +36,45 @@ def load_file(tmp_path_factory: pytest.TempPathFactory):
     path = tmp_path_factory.mktemp("load") / "load.json"
     path.write_text("{}")
     return path
+
+
+def leftovers() -> dict[str, set[str]]:
+    """This session's proxies still running, and its containers, volumes and networks."""
+    found: dict[str, set[str]] = {"proxy processes": set()}
+    for proc in Path("/proc").iterdir():
+        try:
+            command = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        ports = {
+            command[i + 1].decode() for i, arg in enumerate(command[:-1]) if arg == b"--api-port"
+        }
+        if (
+            any(b"configurable-http-proxy" in arg for arg in command)
+            and ports & SESSION_PROXY_PORTS
+        ):
+            found["proxy processes"].add(b" ".join(command).decode())
+    try:
+        client = docker.from_env().api
+        found["containers"] = {
+            n.lstrip("/") for c in client.containers(all=True) for n in c["Names"]
+        }
+        found["volumes"] = {v["Name"] for v in client.volumes()["Volumes"] or []}
+        found["networks"] = {n["Name"] for n in client.networks()}
+    except docker.errors.DockerException:
+        pass  # no Docker engine: a unit-test run
+    prefixes = tuple(SESSION_PREFIXES)
+    return {
+        kind: {
+            n for n in names if kind == "proxy processes" or (prefixes and n.startswith(prefixes))
+        }
+        for kind, names in found.items()
+    }
+
+
+@pytest.fixture(scope="session", autouse=True)
+def the_run_leaves_nothing_behind() -> Iterator[None]:
+    """No proxy, container, volume or network of the tests outlives the run."""
+    yield
+    left = {kind: names for kind, names in leftovers().items() if names}
+    assert not left, f"the tests left behind: {left}"

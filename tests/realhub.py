@@ -7,6 +7,7 @@ admins do: the REST API, the login and spawn pages, `docker inspect`.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import secrets
@@ -23,12 +24,16 @@ from typing import Any
 import docker
 import requests
 
-from gpuspawner.containers import bridge_gateway
+from gpuspawner.engine.docker import bridge_gateway
 
 # The GPU and CPU images scripts/testbed builds from images/ (the same variables name them there).
 NOTEBOOK_IMAGE = os.environ.get("GPUSPAWNER_NOTEBOOK_IMAGE", "gpuspawner-notebook:latest")
 CPU_IMAGE = os.environ.get("GPUSPAWNER_CPU_IMAGE", "gpuspawner-notebook-cpu:latest")
 PASSWORD = "test-password"
+
+# What this test session made, so its leftovers can be told from another run's (conftest.py).
+SESSION_PREFIXES: set[str] = set()
+SESSION_PROXY_PORTS: set[str] = set()
 
 
 def free_port() -> int:
@@ -103,6 +108,8 @@ class Hub:
         full = base_config(self.token, self.prefix, hub_ip) + textwrap.dedent(self.config)
         self.config_file.write_text(full)
         self.url = re.search(r'bind_url = "([^"]+)"', full).group(1)
+        SESSION_PREFIXES.add(self.prefix)
+        SESSION_PROXY_PORTS.add(re.search(r'api_url = "http://127.0.0.1:(\d+)"', full).group(1))
         self.log_file = self.workdir / "hub.log"
         self.docker = docker.from_env()
 
@@ -134,19 +141,35 @@ class Hub:
         raise TimeoutError(f"hub did not answer in {timeout}s:\n{self.log()}")
 
     def stop(self) -> None:
-        """A graceful stop: SIGTERM, as systemd does."""
+        """A graceful stop: SIGTERM, as systemd does; then nothing of the hub's may remain."""
         if self.process and self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
             try:
                 self.process.wait(60)
             except subprocess.TimeoutExpired:
                 self.kill()
+        self._reap()
 
     def kill(self) -> None:
         """kill -9 of the hub and its proxy: nothing gets to clean up."""
         if self.process and self.process.poll() is None:
             os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait(10)
+        self._reap()
+
+    def _reap(self) -> None:
+        """Whatever the hub started goes with it, as systemd's KillMode=control-group does:
+        its session (a culler), and its proxy, which JupyterHub starts in a session of its
+        own and names in jupyterhub-proxy.pid. A proxy that outlives its hub holds a port."""
+        if self.process is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGKILL)
+        pid_file = self.workdir / "jupyterhub-proxy.pid"
+        with contextlib.suppress(OSError, ValueError):
+            pid = int(pid_file.read_text())
+            if b"configurable-http-proxy" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                os.kill(pid, signal.SIGKILL)
 
     def remove_containers(self) -> None:
         for container in self.containers(all=True):
