@@ -323,11 +323,14 @@ def _refused(message: str, reason: str, status_code: int) -> SpawnException:
 
 
 def _options_from_form(formdata: dict[str, list[str]]) -> dict[str, Any]:
-    """Form fields as user_options, unchecked: validation happens at every start."""
+    """Form fields as user_options, unchecked: validation happens at every start.
+
+    An image field left empty means the default image.
+    """
     return {
         key: values[0] if len(values) == 1 else values
         for key, values in formdata.items()
-        if key != "_xsrf"
+        if key != "_xsrf" and not (key == "image" and values == [""])
     }
 
 
