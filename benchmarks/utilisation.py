@@ -59,7 +59,8 @@ def main() -> None:
         sessions, source = generate(args.seed), f"generated week, seed {args.seed}"
     else:
         trace = args.trace or TEAM_WEEK
-        sessions, source = read_trace(trace), str(trace)
+        shown = trace.relative_to(HERE.parent) if trace.is_relative_to(HERE.parent) else trace
+        sessions, source = read_trace(trace), str(shown)
     site = load_site(args.site)
     site.check(sessions)
 

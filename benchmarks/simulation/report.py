@@ -103,7 +103,7 @@ def verdict(results: Sequence[Result]) -> str:
         f"(target ≥ 85 %: {'met' if held >= HELD_BUSY_TARGET else held_gap})",
         f"p95 wait {wait(p95)} (target < 10 min: {'met' if p95 < P95_WAIT_TARGET else wait_gap})",
     ]
-    return f"Shipped policy ({shipped.policy.name}): " + "; ".join(parts) + "."
+    return f"Against the targets of #16, {shipped.policy.name}: " + "; ".join(parts) + "."
 
 
 def write_readme(readme: Path, block: str) -> None:

@@ -113,7 +113,8 @@ def test_the_table_and_the_verdict_say_how_far_the_shipped_policy_is_from_the_ta
         table(results)
     )
     assert verdict(results) == (
-        "Shipped policy (shipped): held GPU-hours busy 25 % (target ≥ 85 %: 60 points short); "
+        "Against the targets of #16, shipped: held GPU-hours busy 25 % "
+        "(target ≥ 85 %: 60 points short); "
         "p95 wait 23 h 59 min (target < 10 min: 23 h 49 min over)."
     )
 
