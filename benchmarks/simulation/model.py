@@ -3,7 +3,8 @@
 Each simulated minute does what the hub and the people do in it:
 1. people who want a GPU server ask: `Pool.allocate` with the person's
    `UserLimits.admit`, exactly as a spawn does. A refusal (409 no capacity, 403
-   a limit) sends them away to try again RETRY_MINUTES later;
+   a limit) sends them away to try again RETRY_MINUTES later; with the queue,
+   they wait in line instead, and the line (`line.Line`) says who starts;
 2. gpuspawner's monitor (where the policy has it) samples each server's GPUs
    into `Telemetry`, asks `Busyness.of`, keeps `IdleClock`, counts busy GPUs as
    activity and stops what `culling.decide` says; jupyterhub-idle-culler (where
@@ -35,7 +36,9 @@ from gpuspawner.core.culling import IdleClock, decide, idle_arbiter
 from gpuspawner.core.gpus import Telemetry
 from gpuspawner.core.limits import LimitExceeded, UserLimits
 from gpuspawner.core.pool import Admission, Holder, NotEnoughGPUs, Pool
+from gpuspawner.core.queue import Waiting
 
+from .line import Line
 from .measures import Outcome
 from .policies import Policy
 from .site import Site
@@ -106,6 +109,7 @@ class Replay:
             for i, s in enumerate(sessions)
         ]
         self.asking: list[Work] = []
+        self.line = Line() if policy.queue else None
 
     def _books(self, users: list[str]) -> dict[str, Pool]:
         """The pool each person draws from: one shared, or for the fixed split, their own
@@ -144,15 +148,30 @@ class Replay:
     def ask(self) -> None:
         while self.arrivals and self.arrivals[0].due <= self.now:
             self.asking.append(self.arrivals.pop(0))
+        needing: dict[int, Work] = {}
         for work in sorted(self.asking, key=lambda w: (w.due, w.order)):
-            if work.due <= self.now and self.request(work):
+            if work.due > self.now:
+                continue
+            ready = self.ready(work)
+            if ready is None and self.line is None:
+                ready = self.grant(work)
+            if ready:
                 self.asking.remove(work)
+            elif ready is None:
+                needing[work.key] = work
+        if self.line is not None and needing:
+            line = [
+                Waiting(w.key, w.user_id, "", 0, w.gpus, w.asked or 0.0) for w in needing.values()
+            ]
+            for started in self.line.starting(line, lambda w: self.grant(needing[w.key]), self.now):
+                self.asking.remove(needing[started.key])
 
-    def request(self, work: Work) -> bool:
-        """Whether `work` now has a server: one of theirs still running, or a new grant."""
+    def ready(self, work: Work) -> bool | None:
+        """True: `work` goes on on a server of theirs still running; False: it waits for its
+        own earlier session to end; None: it needs GPUs (from now on it is waiting)."""
         server = self.servers.get(work.key)
         if server is not None and server.work is not None:
-            work.due = self.now + MINUTE  # their own earlier session still uses it
+            work.due = self.now + MINUTE
             return False
         if server is not None:
             if server.gpus == work.gpus:
@@ -161,17 +180,23 @@ class Replay:
             self.stop(server)  # the person stops it, to ask for another size
         if work.asked is None:
             work.asked = self.now
+        return None
+
+    def grant(self, work: Work) -> bool:
+        """Whether the pool gives `work` its GPUs now; refused, it asks again later (or, with
+        a line, stays in it and is looked at again next minute)."""
         s = work.session
-        pool = self.pools[s.user]
         holder = Holder(work.key, work.user_id, s.user, s.server)
         admit = None if self.policy.fixed else self._admission(work)
         try:
-            grant = pool.allocate(holder, work.gpus, admit)
+            grant = self.pools[s.user].allocate(holder, work.gpus, admit)
         except (NotEnoughGPUs, LimitExceeded) as refusal:
-            self.out.refusals["capacity" if isinstance(refusal, NotEnoughGPUs) else "limit"] += 1
-            work.due = self.now + RETRY_MINUTES * MINUTE
+            if self.line is None:
+                reason = "capacity" if isinstance(refusal, NotEnoughGPUs) else "limit"
+                self.out.refusals[reason] += 1
+            work.due = self.now + (RETRY_MINUTES if self.line is None else 1) * MINUTE
             return False
-        self.out.waits.append(self.now - work.asked)
+        self.out.waits.append(self.now - (work.asked or self.now))
         work.asked = None
         self.servers[work.key] = Server(
             work=work,
@@ -183,6 +208,8 @@ class Replay:
             idle_processes=s.idle_processes,
             last_activity=self.now,
         )
+        if self.line is not None:
+            self.line.granted(work.key, work.user_id, s.user, len(grant.uuids), self.now)
         return True
 
     def _admission(self, work: Work) -> Admission:
@@ -259,6 +286,8 @@ class Replay:
         pool.begin_release(server.key)
         pool.release(server.key)
         del self.servers[server.key]
+        if self.line is not None:
+            self.line.released(server.key, self.now)
 
     # --- 3. the minute is counted ----------------------------------------------------------
     def count(self) -> None:

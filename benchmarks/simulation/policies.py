@@ -12,8 +12,10 @@ differ in who stops idle servers:
   with utilisation alone (gpu_processes_count_as_busy = False).
 The baseline is the machine split up front: each person uses only the GPUs
 dealt to them, which nobody else may take, all week.
-There is no queue and no GPU slicing in gpuspawner yet: when they come, they
-are two more rows here.
+The queue row adds gpuspawner's waiting line (core.queue, whose hub side is
+still to come) to the best of the culling policies: a start that finds no
+room waits in line instead of being refused. There is no GPU slicing yet:
+when it comes, it is one more row here.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ class Policy:
     fixed: bool = False  # GPUs dealt to people up front, instead of one shared pool
     culler: bool = False  # jupyterhub-idle-culler runs (idle_timeout, or its own --timeout)
     monitor: Busyness | None = None  # gpuspawner's GPU monitor, with what counts as busy
+    queue: bool = False  # a start that finds no room waits in gpuspawner's line (core.queue)
     shipped: bool = False  # what gpuspawner's example config runs: the targets apply to it
 
 
@@ -46,5 +49,11 @@ def policies(site: Site) -> tuple[Policy, ...]:
             "pool + GPU-aware, utilisation only",
             culler=True,
             monitor=replace(site.busyness, processes_count=False),
+        ),
+        Policy(
+            "pool + queue + GPU-aware, utilisation only",
+            culler=True,
+            monitor=replace(site.busyness, processes_count=False),
+            queue=True,
         ),
     )

@@ -124,3 +124,26 @@ def test_the_plot_of_the_week_is_written(tmp_path):
     results = [Result(p, replay(trace, site(), p, minutes=DAY)) for p in (NO_CULLING, SHIPPED)]
     plot_week(results, 1, NINE.replace(hour=0), tmp_path / "week.png")
     assert (tmp_path / "week.png").read_bytes().startswith(b"\x89PNG")
+
+
+QUEUE = Policy("queue", culler=True, monitor=Busyness(processes_count=False), queue=True)
+
+
+def test_with_the_queue_a_waiting_person_starts_the_minute_the_gpus_free():
+    trace = [session("alice", "B62"), session("bob", "B60")]
+    assert sorted(replay(trace, site(), UTILISATION, minutes=DAY).waits) == [0, 65 * 60]
+    assert sorted(replay(trace, site(), QUEUE, minutes=DAY).waits) == [0, 62 * 60]
+
+
+def test_with_the_queue_freed_gpus_are_kept_for_the_head_of_the_line():
+    trace = [
+        session("alice", "B120"),
+        session("bob", "B60", gpus=2),  # head of the line from 9:00
+        session("carol", "B60", at=NINE + timedelta(minutes=30)),  # would fit, one GPU is free
+    ]
+    refused = replay(trace, site(gpus=2), UTILISATION, minutes=DAY)
+    assert sorted(refused.waits) == [0, 0, 120 * 60]  # carol takes the free GPU at once
+    queued = replay(trace, site(gpus=2), QUEUE, minutes=DAY)
+    # bob has waited past reserve_after (10 min): carol waits behind him, as core.queue says
+    assert sorted(queued.waits) == [0, 120 * 60, 150 * 60]
+    assert not queued.refusals
