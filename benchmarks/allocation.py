@@ -58,7 +58,7 @@ class Run:
         started = time.perf_counter()
         try:
             grant = self.pool.allocate(
-                holder, count, admit=lambda usage: limits.admit(count, user, usage)
+                holder, count, admit=lambda usage, weight: limits.admit(weight, user, usage)
             )
         except NotEnoughGPUs:
             self.outcomes["capacity"] += 1

@@ -129,7 +129,7 @@ class Replay:
         }
 
     def _work(self, order: int, s: Session, user_id: int, key: int, start: datetime) -> Work:
-        gpus = min(s.gpus, len(self.pools[s.user].uuids))
+        gpus = min(s.gpus, len(self.pools[s.user].ids))
         self.out.capped += gpus < s.gpus
         due = (s.arrival - start).total_seconds()
         return Work(s, order, key, user_id, self.site.limits.for_user(s.groups), gpus, due=due)
@@ -213,7 +213,7 @@ class Replay:
         return True
 
     def _admission(self, work: Work) -> Admission:
-        return lambda usage: work.limits.admit(work.gpus, work.user_id, usage)
+        return lambda usage, weight: work.limits.admit(weight, work.user_id, usage)
 
     def _resume(self, server: Server, work: Work) -> None:
         server.work, server.tab_open, server.last_activity = work, True, self.now

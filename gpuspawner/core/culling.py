@@ -11,9 +11,10 @@ the culler spares a training run that prints nothing.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from fractions import Fraction
 from typing import Any
 
 from .gpus import Telemetry
@@ -45,6 +46,42 @@ class Busyness:
                 return True
         return False if known else None
 
+    def of_share(
+        self, sample: Telemetry | None, mine: Collection[int], unowned: Collection[int] = ()
+    ) -> bool | None:
+        """Whether one server's slot of a shared GPU is busy: True, False, or None (unknown).
+
+        `mine` are the GPU's processes that run in the server's container, `unowned`
+        those whose container could not be found. The GPU's own figure covers all its
+        servers, so it decides only when it is idle, or when NVML gave no figure per
+        process: then a busy GPU counts for each server running something on it.
+        """
+        if sample is None or sample.health:
+            return None
+        shares = dict(sample.process_utilization or ())
+        if sample.process_utilization is not None and any(
+            shares.get(pid, 0.0) >= self.threshold_percent for pid in mine
+        ):
+            return True
+        if self.processes_count and mine:
+            return True
+        gpu = sample.utilization_percent
+        if gpu is not None and gpu < self.threshold_percent:
+            return False
+        if sample.process_utilization is not None:
+            return False if not unowned else None
+        if mine:
+            return True if gpu is not None else None
+        return False if not unowned else None
+
+
+def combined(verdicts: Iterable[bool | None]) -> bool | None:
+    """Busy if any part is, idle only if every part is known idle."""
+    found = list(verdicts)
+    if any(v is True for v in found):
+        return True
+    return None if any(v is None for v in found) else False
+
 
 @dataclass
 class IdleClock:
@@ -73,14 +110,14 @@ class Verdict:
 
 def decide(
     key: int,
-    gpus: int,
+    gpus: int | Fraction,
     started: float,
     idle_since: float | None,
     durations: Mapping[str, Limited],
     now: float,
 ) -> Verdict | None:
     """Whether a GPU server is over its max_age or gpu_idle_timeout, and why in words."""
-    if gpus == 0:
+    if not gpus:
         return None
     max_age = durations.get("max_age", Limited(None, None))
     if max_age.value is not None and now - started >= max_age.value:
@@ -95,7 +132,7 @@ def decide(
         if idle >= idle_limit.value:
             return Verdict(
                 key,
-                f"its {count_gpus(gpus)} {'was' if gpus == 1 else 'were'} idle for "
+                f"its {count_gpus(gpus)} {'was' if gpus <= 1 else 'were'} idle for "
                 f"{duration(idle)} (gpu_idle_timeout{from_group(idle_limit.group)})",
             )
     return None

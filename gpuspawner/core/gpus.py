@@ -5,19 +5,44 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from .words import gib
+
+
+@dataclass(frozen=True)
+class MigInstance:
+    """A MIG device on a GPU in MIG mode, as the driver reports it: an admin made it
+    (nvidia-smi mig, nvidia-mig-parted); gpuspawner only hands it out.
+
+    `slices` is its share of the GPU's compute (its compute instance's slices) out of
+    `gpu_slices` (7 on A100 and H100, 4 on A30); `position` is its MIG device index.
+    """
+
+    uuid: str
+    profile: str
+    memory_total_bytes: int
+    slices: int
+    gpu_slices: int
+    position: int = 0
+
 
 @dataclass(frozen=True)
 class GPU:
-    """One device of the pool. Named by UUID: NVML indices can change across reboots."""
+    """One device of the machine. Named by UUID: NVML indices can change across reboots.
+
+    `mig_mode` is on for a GPU split into MIG instances (`mig`, possibly none yet):
+    such a GPU is handed out only instance by instance.
+    """
 
     uuid: str
     index: int
     model: str
     memory_total_bytes: int
+    mig_mode: bool = False
+    mig: tuple[MigInstance, ...] = ()
 
     @property
     def memory_gib(self) -> int:
-        return round(self.memory_total_bytes / 2**30)
+        return gib(self.memory_total_bytes)
 
     @property
     def label(self) -> str:
@@ -37,6 +62,8 @@ class Telemetry:
     power_watts: float | None = None
     processes: tuple[int, ...] = ()
     health: str | None = None
+    # Per compute process, its share of the GPU's time (pid, percent); None: not reported.
+    process_utilization: tuple[tuple[int, float], ...] | None = None
 
 
 def gpus_in_words(gpus: Sequence[GPU]) -> str:

@@ -4,18 +4,25 @@ Pure standard library. `LimitsTable.parse` turns the admin's `group_limits`
 and `default_limits` into checked values once, at hub start; `for_user`
 resolves one user's limits (the most generous of their groups' values);
 `admit` decides a request against what is held now, inside the pool's lock.
+
+Limits count GPU-equivalents (`units.Unit.weight`): a whole GPU 1, a MIG
+instance its share of its GPU's compute slices, a shared GPU's slot 1/slots.
+On a pool of whole GPUs that is simply the number of GPUs; a refusal that
+involves a fraction says how it counted.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field, fields
+from fractions import Fraction
 from typing import Any
 
 from .errors import LimitsConfigError
 from .pool import Usage
 from .schema import known_keys_only
-from .words import DEFAULT_GROUP, count_gpus, from_group
+from .words import COUNTING, DEFAULT_GROUP, amount, count_gpus, from_group
 
 COUNT_KEYS = ("max_gpus_per_server", "max_gpus_per_user", "max_gpus_group")
 DURATION_KEYS = ("gpu_idle_timeout", "idle_timeout", "cpu_idle_timeout", "max_age")
@@ -33,9 +40,9 @@ class LimitExceeded(Exception):
 class Limits:
     """One group's limits. None means unlimited (for durations: never)."""
 
-    max_gpus_per_server: int | None = None
-    max_gpus_per_user: int | None = None
-    max_gpus_group: int | None = None
+    max_gpus_per_server: Fraction | None = None
+    max_gpus_per_user: Fraction | None = None
+    max_gpus_group: Fraction | None = None
     profiles: frozenset[str] | None = None
     gpu_idle_timeout: float | None = None
     idle_timeout: float | None = None
@@ -59,7 +66,7 @@ class UserLimits:
     max_gpus_per_server: Limited
     max_gpus_per_user: Limited
     profiles: Limited
-    quotas: Mapping[str, int | None] = field(default_factory=dict)
+    quotas: Mapping[str, Fraction | None] = field(default_factory=dict)
     durations: Mapping[str, Limited] = field(default_factory=dict)
 
     def may_pick(self, slug: str) -> bool:
@@ -69,8 +76,11 @@ class UserLimits:
         """A culling limit (seconds) and where it came from; Limited(None, …) for never."""
         return self.durations.get(key, Limited(None, None))
 
-    def admit(self, gpus: int, user_id: int, usage: Usage) -> str | None:
-        """Raise LimitExceeded, or return the quota group to charge (None: no quota)."""
+    def admit(self, gpus: int | Fraction, user_id: int, usage: Usage) -> str | None:
+        """Raise LimitExceeded, or return the quota group to charge (None: no quota).
+
+        `gpus` is what the request weighs, in GPU-equivalents.
+        """
         if gpus == 0:
             return None
         per_server = self.max_gpus_per_server
@@ -79,7 +89,7 @@ class UserLimits:
                 f"This profile asks for {count_gpus(gpus)}, but one server may hold at most "
                 f"{count_gpus(per_server.value)} "
                 f"(max_gpus_per_server{from_group(per_server.group)}). "
-                "Pick a smaller profile.",
+                "Pick a smaller profile." + _counted(gpus, per_server.value),
                 "max_gpus_per_server",
                 per_server.group,
             )
@@ -89,29 +99,38 @@ class UserLimits:
             raise LimitExceeded(
                 f"You already hold {count_gpus(held)} of your {count_gpus(per_user.value)} "
                 f"(max_gpus_per_user{from_group(per_user.group)}); "
-                f"this profile asks for {gpus} more. "
-                "Stop one of your other servers first, or pick a smaller profile.",
+                f"this profile asks for {amount(gpus)} more. "
+                "Stop one of your other servers first, or pick a smaller profile."
+                + _counted(held, gpus, per_user.value),
                 "max_gpus_per_user",
                 per_user.group,
             )
         return self._charge(gpus, usage)
 
-    def _charge(self, gpus: int, usage: Usage) -> str | None:
+    def _charge(self, gpus: int | Fraction, usage: Usage) -> str | None:
         if not self.quotas or any(q is None for q in self.quotas.values()):
             return None
         roomiest = max(self.quotas, key=lambda g: (self.quotas[g] or 0) - usage.by_group[g])
-        quota = self.quotas[roomiest] or 0
-        if usage.by_group[roomiest] + gpus > quota:
+        quota = self.quotas[roomiest] or Fraction(0)
+        held = usage.by_group[roomiest]
+        if held + gpus > quota:
             raise LimitExceeded(
-                f"{_members(roomiest)} already hold {usage.by_group[roomiest]} of their "
+                f"{_members(roomiest)} already hold {amount(held)} of their "
                 f"{count_gpus(quota)} (max_gpus_group{from_group(roomiest)}); "
-                "this profile asks for "
-                f"{gpus} more. "
-                "Try again when a group member's server stops, or pick CPU only.",
+                f"this profile asks for {amount(gpus)} more. "
+                "Try again when a group member's server stops, or pick CPU only."
+                + _counted(held, gpus, quota),
                 "max_gpus_group",
                 roomiest,
             )
         return roomiest
+
+
+def _counted(*numbers: int | Fraction) -> str:
+    """How the numbers were counted, where one of them is not a whole number of GPUs."""
+    if all(Fraction(n).denominator == 1 for n in numbers):
+        return ""
+    return f" (Counted in {COUNTING}.)"
 
 
 @dataclass(frozen=True)
@@ -194,12 +213,15 @@ def _parse_limits(
     return Limits(**values)
 
 
-def _count(value: Any, where: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+def _count(value: Any, where: str) -> Fraction:
+    """GPU-equivalents: a number ≥ 0 (0.5 is two slots of a GPU shared by 4)."""
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    if not number or not 0 <= value < math.inf:
         raise LimitsConfigError(
-            f"c.GPUSpawner.{where} must be a whole number ≥ 0 or None, got {value!r}"
+            f"c.GPUSpawner.{where} must be a number of GPU-equivalents ≥ 0 (such as 1, 2 "
+            f"or 0.5) or None, got {value!r}"
         )
-    return value
+    return Fraction(str(value)) if isinstance(value, float) else Fraction(value)
 
 
 def _seconds(value: Any, where: str) -> float:

@@ -16,12 +16,20 @@ policy decides:
   keeps whole free groups for later multi-GPU requests;
 - "spread" takes the one whose surroundings are least used, which keeps
   servers apart (cooler, less shared bandwidth) at the cost of fragmenting.
+
+Wiring matters only between whole GPUs. A MIG instance or a shared GPU's slot
+is one unit on one GPU, so `pack` only chooses the GPU: "packed" fills the GPU
+already most used (keeping other GPUs whole for whoever needs one), "spread"
+the least used.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
+from fractions import Fraction
+
+from .units import Unit
 
 # A policy turns "free GPUs in the candidate group and in each group around it" into a
 # sort key: the smallest key wins.
@@ -33,10 +41,22 @@ PLACEMENT_POLICIES: dict[str, Callable[[tuple[int, ...]], tuple[int, ...]]] = {
 LinkScore = Callable[[str, str], int]
 
 
+# The same for one unit on a shared or MIG GPU: from "GPU-equivalents already used on its
+# GPU", a sort key (the smallest wins).
+SHARE_POLICIES: dict[str, Callable[[Fraction], Fraction]] = {
+    "packed": lambda used: -used,
+    "spread": lambda used: used,
+}
+
+
 class NotEnoughGPUs(Exception):
-    def __init__(self, requested: int, free: int, total: int) -> None:
+    """`requested` units, of which `free` of `total` are free; `needs` says what, in words
+    ("2", "a MIG instance 1g.10gb")."""
+
+    def __init__(self, requested: int, free: int, total: int, needs: str = "") -> None:
         self.requested, self.free, self.total = requested, free, total
-        super().__init__(f"{requested} GPU(s) requested, {free} of {total} free")
+        self.needs = needs or str(requested)
+        super().__init__(f"{self.needs} requested, {free} of {total} free")
 
 
 @dataclass(frozen=True)
@@ -137,6 +157,13 @@ class Placer:
             if len(chosen) == count:
                 break
         return chosen
+
+
+def pack(free: Sequence[Unit], used: Mapping[str, Fraction], policy: str = "packed") -> Unit:
+    """One of the `free` units (non-empty), on the GPU the policy prefers by what is `used`
+    on each (GPU-equivalents, by GPU UUID); ties go to the lower index, then position."""
+    rank = SHARE_POLICIES[policy]
+    return min(free, key=lambda u: (rank(used.get(u.gpu, Fraction(0))), u.index, u.position))
 
 
 def _components(order: Sequence[str], links: list[tuple[str, str]]) -> tuple[frozenset[str], ...]:

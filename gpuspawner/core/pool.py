@@ -1,11 +1,11 @@
 """Who holds which GPU: the books of one hub's shared pool.
 
-Every change happens under one lock and in one step, so a GPU is never held by
-two servers and an allocation takes all the GPUs it asked for or none.
+The books count units (`units.Unit`): whole GPUs, MIG instances and the slots
+of shared GPUs. Every change happens under one lock and in one step, so a unit
+is never held by two servers (and a shared GPU is never in more servers than
+it has slots), and an allocation takes all the units it asked for or none.
 
-A grant is keyed by the server's id in the hub's database, which a rename of
-the user or the server does not change; the names it carries are for people.
-A grant ends in two steps: `begin_release` when the hub says the server ended
+A grant (`grants.Grant`) ends in two steps: `begin_release` when the hub says the server ended
 (its GPUs stay held, "stopping"), `release` only once the container is known
 to be gone. Between the two, nobody else can be given those GPUs.
 """
@@ -14,42 +14,16 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from enum import StrEnum
+from fractions import Fraction
 
-from .placement import NotEnoughGPUs, Placer, Topology
-from .words import server_name
+from .grants import Admission, Grant, Holder, Usage
+from .placement import PLACEMENT_POLICIES, NotEnoughGPUs, Placer, Topology, pack
+from .units import Kind, Request, Unit, bare
 
-__all__ = ["NotEnoughGPUs"]
-
-
-@dataclass(frozen=True)
-class Holder:
-    """A server that can hold GPUs: its database ids, and its names when the grant was made."""
-
-    spawner_id: int
-    user_id: int
-    user: str
-    server: str = ""
-
-    @property
-    def name(self) -> str:
-        return server_name(self.user, self.server)
-
-
-@dataclass(frozen=True)
-class Grant:
-    holder: Holder
-    uuids: tuple[str, ...]
-    since: float
-    quota_group: str | None = None  # the group whose max_gpus_group it counts against
-    stopping: bool = False  # the server ended; its container is not yet confirmed gone
-
-    @property
-    def key(self) -> int:
-        return self.holder.spawner_id
+__all__ = ["Admission", "Grant", "Holder", "NotEnoughGPUs", "Usage"]
 
 
 class DeviceState(StrEnum):
@@ -64,79 +38,142 @@ class AlreadyHolding(Exception):
     """A server asked for GPUs while its earlier grant was never released."""
 
 
-@dataclass
-class Usage:
-    """What running servers hold now, for limit checks: GPUs per user id and per quota group.
-
-    Stopping grants do not count: their servers ended, and while Docker has not
-    confirmed the container gone the user should not be held back by it.
-    """
-
-    by_user: Counter[int] = field(default_factory=Counter)
-    by_group: Counter[str] = field(default_factory=Counter)
-
-
-Admission = Callable[[Usage], str | None]
-"""Decides a request against current usage: raises to refuse, returns the quota group to charge."""
+GONE = "no longer exists: the GPU's MIG layout changed"
 
 
 class Pool:
-    """The shared pool. Thread-safe; every public method is one atomic step."""
+    """The shared pool. Thread-safe; every public method is one atomic step.
+
+    `units` may be plain UUIDs, each then a whole GPU (tests, benchmarks).
+    """
 
     def __init__(
         self,
-        uuids: Sequence[str],
+        units: Sequence[Unit | str],
         policy: str = "packed",
         clock: Callable[[], float] = time.time,
         topology: Topology | None = None,
     ) -> None:
-        if len(set(uuids)) != len(uuids):
+        found = [u if isinstance(u, Unit) else bare(u, i) for i, u in enumerate(units)]
+        if len({u.id for u in found}) != len(found):
             raise ValueError("a GPU UUID appears twice in the inventory")
-        self.uuids = tuple(uuids)
+        if policy not in PLACEMENT_POLICIES:
+            raise ValueError(f"unknown placement policy {policy!r}: {sorted(PLACEMENT_POLICIES)}")
         self.policy = policy
+        self._units = {u.id: u for u in found}
+        index = {u.gpu: u.index for u in found}
+        self.gpus = tuple(sorted(index, key=index.__getitem__))  # the physical GPUs, fixed
         if topology is None:
-            topology = Topology.by_index({u: i for i, u in enumerate(self.uuids)})
-        self._placer = Placer(topology.restricted_to(self.uuids), policy)
+            topology = Topology.by_index(index)
+        self._placer = Placer(topology.restricted_to(self.gpus), policy)
         self._clock = clock
-        self._known = set(self.uuids)
         self._grants: dict[int, Grant] = {}
-        self._holder_of: dict[str, int] = {}
-        self._unhealthy: dict[str, str] = {}
-        self._external: dict[str, str] = {}
+        self._holder_of: dict[str, int] = {}  # unit id → grant key
+        self._unhealthy: dict[str, str] = {}  # GPU or device id → why
+        self._external: dict[str, str] = {}  # GPU or device id → who uses it
+        self._gone: set[str] = set()  # units a layout change removed while held
         self._lock = threading.RLock()
 
-    def allocate(self, holder: Holder, count: int, admit: Admission | None = None) -> Grant:
-        """Take `count` free GPUs for a server, after `admit` (which may raise) agrees."""
+    # --- what there is ------------------------------------------------------------
+    @property
+    def units(self) -> tuple[Unit, ...]:
+        with self._lock:
+            return tuple(self._units.values())
+
+    @property
+    def ids(self) -> tuple[str, ...]:
+        with self._lock:
+            return tuple(self._units)
+
+    def unit(self, unit_id: str) -> Unit | None:
+        with self._lock:
+            return self._units.get(unit_id)
+
+    def watched(self) -> tuple[str, ...]:
+        """What the monitor samples: each GPU (health, temperature) and each MIG instance
+        (its own memory and processes)."""
+        with self._lock:
+            devices = (u.device for u in self._units.values())
+            return tuple(dict.fromkeys([*self.gpus, *devices]))
+
+    # --- allocation -------------------------------------------------------------------
+    def allocate(
+        self, holder: Holder, request: Request | int, admit: Admission | None = None
+    ) -> Grant:
+        """Take what `request` asks for (a number: whole GPUs) for a server, after `admit`
+        (which may raise) agrees to its weight. Limits are decided before capacity, so a
+        request over a limit is told so even when nothing is free."""
+        if isinstance(request, int):
+            request = Request(gpus=request)
         with self._lock:
             if holder.spawner_id in self._grants:
                 held = self._grants[holder.spawner_id]
-                raise AlreadyHolding(f"{held.holder.name} already holds {held.uuids}")
-            quota_group = admit(self._usage()) if admit else None
-            chosen = tuple(self._placer.place(self._free_uuids(), count))
+                raise AlreadyHolding(f"{held.holder.name} already holds {held.ids}")
+            short: NotEnoughGPUs | None = None
+            try:
+                chosen = self._choose(request)
+            except NotEnoughGPUs as refusal:
+                chosen, short = (), refusal
+            weight = sum((u.weight for u in chosen), Fraction(0))
+            if short is not None:
+                weight = self.weight_of(request)
+            quota_group = admit(self._usage(), weight) if admit else None
+            if short is not None:
+                raise short
             grant = Grant(holder, chosen, self._clock(), quota_group)
             if chosen:  # a CPU-only server holds nothing to keep books of
                 self._record(grant)
             return grant
 
+    def weight_of(self, request: Request) -> Fraction:
+        """The GPU-equivalents a request takes, before it is placed: for one MIG instance or
+        slot, the lightest that would do."""
+        if request.kind is None:
+            return Fraction(0)
+        if request.kind is Kind.GPU:
+            return Fraction(request.gpus)
+        with self._lock:
+            weights = [u.weight for u in self._units.values() if request.matches(u)]
+        return min(weights, default=Fraction(1))
+
+    def _choose(self, request: Request) -> tuple[Unit, ...]:
+        if request.kind is None:
+            return ()
+        matching = [u for u in self._units.values() if request.matches(u)]
+        free = [u for u in matching if self._state(u) is DeviceState.FREE]
+        if request.count > len(free):
+            raise NotEnoughGPUs(request.count, len(free), len(matching), request.needs)
+        if request.kind is Kind.GPU:
+            chosen = self._placer.place({u.id for u in free}, request.count)
+            return tuple(self._units[uuid] for uuid in chosen)
+        return (pack(free, self._used_by_gpu(), self.policy),)
+
+    def _used_by_gpu(self) -> dict[str, Fraction]:
+        used: dict[str, Fraction] = {}
+        for unit in self._units.values():
+            if self._state(unit) is not DeviceState.FREE:
+                used[unit.gpu] = used.get(unit.gpu, Fraction(0)) + unit.weight
+        return used
+
     def adopt(
         self,
         holder: Holder,
-        uuids: Iterable[str],
+        ids: Iterable[str],
         since: float | None = None,
         quota_group: str | None = None,
     ) -> Grant:
-        """Record GPUs a running server already holds (recovery after a hub restart).
+        """Record units a running server already holds (recovery after a hub restart).
 
-        Unlike `allocate`, adopting takes unhealthy or externally used GPUs too:
-        the container has them whatever the books say. GPUs held by another
-        server are refused: AlreadyHolding names them.
+        Unlike `allocate`, adopting takes unhealthy or externally used units too:
+        the container has them whatever the books say. Units held by another
+        server are refused: AlreadyHolding names them. Unknown ids are skipped.
         """
         with self._lock:
-            wanted = tuple(u for u in uuids if u in self._known)
+            wanted = tuple(self._units[i] for i in dict.fromkeys(ids) if i in self._units)
             taken = {
-                u: self._grants[self._holder_of[u]].holder.name
+                u.id: self._grants[self._holder_of[u.id]].holder.name
                 for u in wanted
-                if self._holder_of.get(u, holder.spawner_id) != holder.spawner_id
+                if self._holder_of.get(u.id, holder.spawner_id) != holder.spawner_id
             }
             if taken:
                 raise AlreadyHolding(f"{holder.name} claims GPUs held by others: {taken}")
@@ -161,19 +198,52 @@ class Pool:
         with self._lock:
             return self._forget(key)
 
-    def mark_unhealthy(self, uuid: str, reason: str) -> None:
+    # --- the machine as it changes ----------------------------------------------------
+    def follow_layout(self, gpu: str, units: Sequence[Unit]) -> bool:
+        """What one GPU gives now (its MIG layout changed). New units come in free; units
+        no longer there go, except those held, which stay (unhealthy, never handed out
+        again) until their server gives them back. True if anything changed."""
         with self._lock:
-            self._unhealthy[uuid] = reason
+            if gpu not in self.gpus:
+                return False
+            before = {i: u for i, u in self._units.items() if u.gpu == gpu}
+            now = {u.id: u for u in units if u.gpu == gpu}
+            if {i: u for i, u in before.items() if i not in self._gone} == now:
+                return False
+            kept = {i: u for i, u in before.items() if i not in now and i in self._holder_of}
+            self._gone = (self._gone - set(before)) | set(kept)
+            others = [u for u in self._units.values() if u.gpu != gpu]
+            merged = [*others, *now.values(), *kept.values()]
+            merged.sort(key=lambda u: (u.index, u.position))
+            self._units = {u.id: u for u in merged}
+            return True
 
-    def mark_healthy(self, uuid: str) -> None:
+    def mark_unhealthy(self, device: str, reason: str) -> None:
+        """A GPU (all its units) or one MIG instance must not be handed out."""
         with self._lock:
-            self._unhealthy.pop(uuid, None)
+            self._unhealthy[device] = reason
+
+    def mark_healthy(self, device: str) -> None:
+        with self._lock:
+            self._unhealthy.pop(device, None)
+
+    def marked_unhealthy(self, device: str) -> str | None:
+        """Why this GPU or MIG instance itself was marked unhealthy (not its GPU's reason)."""
+        with self._lock:
+            return self._unhealthy.get(device)
 
     def set_external(self, users: dict[str, str]) -> None:
-        """GPUs busy outside the hub (uuid → who), replacing the previous set."""
+        """GPUs or MIG instances busy outside the hub (id → who), replacing the previous
+        set. A GPU's UUID covers every unit on it."""
         with self._lock:
-            self._external = {u: who for u, who in users.items() if u in self._known}
+            known = {*self.gpus, *(u.device for u in self._units.values())}
+            self._external = {i: who for i, who in users.items() if i in known}
 
+    def externals(self) -> dict[str, str]:
+        with self._lock:
+            return dict(self._external)
+
+    # --- what is held ---------------------------------------------------------------------
     def grant_of(self, key: int) -> Grant | None:
         with self._lock:
             return self._grants.get(key)
@@ -182,63 +252,94 @@ class Pool:
         with self._lock:
             return list(self._grants.values())
 
-    def holder_of(self, uuid: str) -> Grant | None:
+    def holder_of(self, unit_id: str) -> Grant | None:
         with self._lock:
-            key = self._holder_of.get(uuid)
+            key = self._holder_of.get(unit_id)
             return None if key is None else self._grants[key]
 
-    def free_count(self) -> int:
+    def holders_on(self, device: str) -> list[Grant]:
+        """The grants holding a unit on this GPU, or this MIG instance."""
         with self._lock:
-            return len(self._free_uuids())
+            keys = {
+                key
+                for unit_id, key in self._holder_of.items()
+                if device in (self._units[unit_id].gpu, self._units[unit_id].device)
+            }
+            return [self._grants[k] for k in sorted(keys)]
+
+    def free_count(self, request: Request | None = None) -> int:
+        """Free units (that `request` could take)."""
+        with self._lock:
+            return sum(
+                self._state(u) is DeviceState.FREE and (request is None or request.matches(u))
+                for u in self._units.values()
+            )
+
+    def count(self, request: Request) -> int:
+        """Units `request` could take, free or not."""
+        with self._lock:
+            return sum(request.matches(u) for u in self._units.values())
 
     def usage(self) -> Usage:
         with self._lock:
             return self._usage()
 
     def states(self) -> dict[str, DeviceState]:
-        """Each GPU's state; an unhealthy GPU reads unhealthy even while held."""
+        """Each unit's state; an unhealthy unit reads unhealthy even while held."""
         with self._lock:
-            return {uuid: self._state(uuid) for uuid in self.uuids}
+            return {i: self._state(u) for i, u in self._units.items()}
 
-    def unhealthy_reason(self, uuid: str) -> str | None:
+    def unhealthy_reason(self, unit_id: str) -> str | None:
+        """Why a unit is not handed out for its health: its own, else its GPU's."""
         with self._lock:
-            return self._unhealthy.get(uuid)
+            unit = self._units.get(unit_id)
+            if unit is None:
+                return self._unhealthy.get(unit_id)
+            return self._unhealth(unit)
 
-    def external_user(self, uuid: str) -> str | None:
+    def external_user(self, unit_id: str) -> str | None:
         with self._lock:
-            return self._external.get(uuid)
+            unit = self._units.get(unit_id)
+            if unit is None:
+                return self._external.get(unit_id)
+            return self._external.get(unit.device) or self._external.get(unit.gpu)
+
+    def _unhealth(self, unit: Unit) -> str | None:
+        if unit.id in self._gone:
+            return GONE
+        return self._unhealthy.get(unit.device) or self._unhealthy.get(unit.gpu)
 
     def _usage(self) -> Usage:
         usage = Usage()
         for grant in self._grants.values():
             if grant.stopping:
                 continue
-            usage.by_user[grant.holder.user_id] += len(grant.uuids)
+            usage.by_user[grant.holder.user_id] += grant.weight
             if grant.quota_group is not None:
-                usage.by_group[grant.quota_group] += len(grant.uuids)
+                usage.by_group[grant.quota_group] += grant.weight
         return usage
 
-    def _state(self, uuid: str) -> DeviceState:
-        if uuid in self._unhealthy:
+    def _state(self, unit: Unit) -> DeviceState:
+        if self._unhealth(unit):
             return DeviceState.UNHEALTHY
-        key = self._holder_of.get(uuid)
+        key = self._holder_of.get(unit.id)
         if key is not None:
             return DeviceState.STOPPING if self._grants[key].stopping else DeviceState.ALLOCATED
-        if uuid in self._external:
+        if unit.device in self._external or unit.gpu in self._external:
             return DeviceState.EXTERNAL
         return DeviceState.FREE
 
-    def _free_uuids(self) -> list[str]:
-        return [u for u in self.uuids if self._state(u) is DeviceState.FREE]
-
     def _record(self, grant: Grant) -> None:
         self._grants[grant.key] = grant
-        for uuid in grant.uuids:
-            self._holder_of[uuid] = grant.key
+        for unit in grant.units:
+            self._holder_of[unit.id] = grant.key
 
     def _forget(self, key: int) -> Grant | None:
         grant = self._grants.pop(key, None)
         if grant is not None:
-            for uuid in grant.uuids:
-                del self._holder_of[uuid]
+            for unit in grant.units:
+                del self._holder_of[unit.id]
+                if unit.id in self._gone:
+                    self._gone.discard(unit.id)
+                    del self._units[unit.id]
         return grant

@@ -4,22 +4,42 @@ Pure standard library. Admin config is checked once at hub start
 (`parse_profiles`); a user's choice is checked on every start
 (`choose_profile`), because the REST API skips the form and the hub reuses
 stored `user_options` on later spawns.
+
+A profile asks for one kind of GPU: `gpus` whole GPUs (as ever), one MIG
+instance of a `mig_profile`, or one slot of a `shared` GPU; `gpu_model` (a
+shell-style pattern) and `min_gpu_memory` narrow down which.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
 from .errors import ProfileConfigError
 from .schema import known_keys_only
+from .units import MIG_PROFILE, Kind, Request, Unit, bare, parse_memory, tally
 from .words import count_gpus, listed, quoted
 
 SLUG = re.compile(r"^[a-z0-9]([a-z0-9._-]{0,62})$")
-PROFILE_KEYS = ("display_name", "slug", "description", "default", "gpus", "spawner_override")
+PROFILE_KEYS = (
+    "display_name",
+    "slug",
+    "description",
+    "default",
+    "gpus",
+    "mig_profile",
+    "shared",
+    "gpu_model",
+    "min_gpu_memory",
+    "spawner_override",
+)
+KINDS_FIX = (
+    "set only one: gpus (whole GPUs), mig_profile (one MIG instance) or shared (one slot "
+    "of a shared GPU)"
+)
 ANY_IMAGE = "*"  # DockerSpawner's allowed_images = "*": any image the user names
 # A Docker image reference: [registry[:port]/]name[/name…][:tag][@digest], at most 255 characters.
 IMAGE_REFERENCE = re.compile(
@@ -40,22 +60,55 @@ class Profile:
     description: str = ""
     default: bool = False
     spawner_override: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    mig_profile: str = ""
+    shared: bool = False
+    gpu_model: str = ""
+    min_gpu_memory: int = 0
+
+    @property
+    def request(self) -> Request:
+        """What this profile asks the pool for."""
+        return Request(
+            self.gpus, self.mig_profile, self.shared, self.gpu_model, self.min_gpu_memory
+        )
 
 
-def default_profiles(pool_size: int) -> list[Profile]:
-    """CPU only, then 1, 2, 4 and all GPUs, as far as the pool has them."""
+Offered = int | Sequence[Unit]
+"""What profiles are checked against: the pool's units, or a number of whole GPUs."""
+
+
+def _units(pool: Offered) -> list[Unit]:
+    if isinstance(pool, int):
+        return [bare(f"GPU-{i}", i) for i in range(pool)]
+    return list(pool)
+
+
+def default_profiles(pool: Offered) -> list[Profile]:
+    """CPU only; 1, 2, 4 and all whole GPUs, as far as the pool has them; one MIG instance
+    of each profile the pool has; a shared GPU's slot, if any GPU is shared."""
+    units = _units(pool)
+    whole = sum(u.kind is Kind.GPU for u in units)
     profiles = [Profile("cpu", "CPU only", 0, "No GPU: for editing, data work and small jobs.")]
-    counts = sorted({n for n in (1, 2, 4, pool_size) if 0 < n <= pool_size})
+    counts = sorted({n for n in (1, 2, 4, whole) if 0 < n <= whole})
     for n in counts:
         profiles.append(Profile(f"gpu-{n}", count_gpus(n), n, default=(n == 1)))
+    for mig in dict.fromkeys(u.profile for u in units if u.kind is Kind.MIG):
+        profiles.append(Profile(f"mig-{mig}", f"MIG {mig}", 0, mig_profile=mig))
+    if any(u.kind is Kind.SHARED for u in units):
+        profiles.append(
+            Profile("shared", "Shared GPU", 0, "A GPU used by others at once.", shared=True)
+        )
+    if not counts and len(profiles) > 1:
+        profiles[1] = replace(profiles[1], default=True)
     return profiles
 
 
-def parse_profiles(raw: Sequence[Any], pool_size: int) -> list[Profile]:
-    """Check the admin's profile list; an empty list means `default_profiles`."""
+def parse_profiles(raw: Sequence[Any], pool: Offered) -> list[Profile]:
+    """Check the admin's profile list against the pool; an empty list means `default_profiles`."""
     if not raw:
-        return default_profiles(pool_size)
-    profiles = [_parse_profile(entry, i, pool_size) for i, entry in enumerate(raw)]
+        return default_profiles(pool)
+    units = _units(pool)
+    profiles = [_parse_profile(entry, i, units) for i, entry in enumerate(raw)]
     slugs = [p.slug for p in profiles]
     duplicates = sorted({s for s in slugs if slugs.count(s) > 1})
     if duplicates:
@@ -67,7 +120,7 @@ def parse_profiles(raw: Sequence[Any], pool_size: int) -> list[Profile]:
     return profiles
 
 
-def _parse_profile(entry: Any, position: int, pool_size: int) -> Profile:
+def _parse_profile(entry: Any, position: int, units: Sequence[Unit]) -> Profile:
     where = f"c.GPUSpawner.profiles[{position}]"
     entry = known_keys_only(entry, where, PROFILE_KEYS, ProfileConfigError)
     display_name = entry.get("display_name")
@@ -79,23 +132,82 @@ def _parse_profile(entry: Any, position: int, pool_size: int) -> Profile:
             f"{where}: slug {slug!r} must be lowercase letters, digits, '.', '_' or '-' "
             "(at most 63), starting with a letter or digit"
         )
-    gpus = entry.get("gpus", 0)
-    if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 0:
-        raise ProfileConfigError(f"{where} ({slug}): gpus must be a whole number ≥ 0, got {gpus!r}")
-    if gpus > pool_size:
-        raise ProfileConfigError(
-            f"{where} ({slug}) asks for {gpus} GPUs, but the pool has only {pool_size}"
-        )
+    where = f"{where} ({slug})"
+    request = _request(entry, where)
+    _check_capacity(request, where, units)
     override = entry.get("spawner_override", {})
     if not isinstance(override, Mapping):
-        raise ProfileConfigError(f"{where} ({slug}): spawner_override must be a dict")
+        raise ProfileConfigError(f"{where}: spawner_override must be a dict")
     return Profile(
         slug=slug,
         display_name=display_name,
-        gpus=gpus,
+        gpus=request.gpus,
         description=str(entry.get("description", "")),
         default=bool(entry.get("default", False)),
         spawner_override=MappingProxyType(dict(override)),
+        mig_profile=request.mig_profile,
+        shared=request.shared,
+        gpu_model=request.gpu_model,
+        min_gpu_memory=request.min_gpu_memory,
+    )
+
+
+def _request(entry: Mapping[str, Any], where: str) -> Request:
+    """The profile's GPU keys, each checked, and checked together."""
+    gpus = entry.get("gpus", 0)
+    if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 0:
+        raise ProfileConfigError(f"{where}: gpus must be a whole number ≥ 0, got {gpus!r}")
+    mig = entry.get("mig_profile", "")
+    if not isinstance(mig, str) or (mig and not MIG_PROFILE.match(mig)):
+        raise ProfileConfigError(
+            f"{where}: mig_profile must name a MIG profile as nvidia-smi does, such as "
+            f"'1g.10gb' or '3g.40gb', got {mig!r}"
+        )
+    shared = entry.get("shared", False)
+    if not isinstance(shared, bool):
+        raise ProfileConfigError(f"{where}: shared must be true or false, got {shared!r}")
+    model = entry.get("gpu_model", "")
+    if not isinstance(model, str):
+        raise ProfileConfigError(
+            f"{where}: gpu_model must be a model name or pattern such as '*A100*', got {model!r}"
+        )
+    memory = parse_memory(
+        entry.get("min_gpu_memory", 0), f"{where}: min_gpu_memory", ProfileConfigError
+    )
+    kinds = [
+        key for key, value in (("gpus", gpus), ("mig_profile", mig), ("shared", shared)) if value
+    ]
+    if len(kinds) > 1:
+        raise ProfileConfigError(f"{where} sets {' and '.join(kinds)}; {KINDS_FIX}")
+    if not kinds and (model or memory):
+        raise ProfileConfigError(
+            f"{where}: gpu_model and min_gpu_memory choose among GPUs, but this profile asks "
+            f"for none; {KINDS_FIX}"
+        )
+    return Request(gpus, mig, shared, model, memory)
+
+
+def _check_capacity(request: Request, where: str, units: Sequence[Unit]) -> None:
+    """A profile the pool can never serve stops the hub: it would only ever be refused."""
+    if request.kind is None:
+        return
+    matching = sum(request.matches(u) for u in units)
+    if matching >= request.count:
+        return
+    if request.plain:
+        raise ProfileConfigError(
+            f"{where} asks for {request.gpus} GPUs, but the pool has only {matching}"
+        )
+    has = tally(units)
+    fix = {
+        Kind.GPU: "change gpus, gpu_model or min_gpu_memory",
+        Kind.MIG: "gpuspawner hands out the MIG instances it finds; make them (nvidia-smi mig "
+        "or nvidia-mig-parted) or change mig_profile",
+        Kind.SHARED: "mark a GPU as shared in c.GPUSpawner.shared_gpus",
+    }[request.kind]
+    raise ProfileConfigError(
+        f"{where} asks for {request.what}, but the pool has {matching} such; it has {has}. "
+        f"Fix: {fix}"
     )
 
 

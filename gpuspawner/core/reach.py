@@ -19,7 +19,12 @@ NO_GPU_VALUES = frozenset({"", "void", "none"})  # NVIDIA_VISIBLE_DEVICES meanin
 
 @dataclass(frozen=True)
 class Reach:
-    """GPUs a container can reach: named ones, the first `first` by index, or every one."""
+    """GPUs a container can reach: named ones, the first `first` by index, or every one.
+
+    Names are GPU or MIG UUIDs, NVML indices, or MIG devices by index ("2:1"), which
+    count as their whole GPU: which instance such an index names is the toolkit's
+    business, and a GPU is free only when no container can reach it.
+    """
 
     ids: frozenset[str] = frozenset()
     first: int = 0
@@ -37,6 +42,9 @@ class Reach:
             return frozenset(known)
         found = {by_index[str(i)] for i in range(self.first) if str(i) in by_index}
         for device in self.ids:
+            gpu, colon, instance = device.partition(":")
+            if colon and gpu.isdigit() and instance.isdigit():
+                device = gpu
             uuid = by_index.get(device, device)
             if uuid not in known and not device.isdigit():
                 return frozenset(known)  # a name this host does not know: assume the worst

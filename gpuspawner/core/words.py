@@ -6,6 +6,8 @@ notices, logs, pages and the command line; each is spelled here once.
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 DEFAULT_GROUP = "default_limits"
 
 
@@ -19,12 +21,35 @@ def your_server(server: str) -> str:
     return f"your server {server!r}" if server else "your default server"
 
 
-def count_gpus(n: int | float) -> str:
-    """ "1 GPU", "2 GPUs", "0.5 GPU": the words users read in refusals and on the form."""
+def count_gpus(n: int | float | Fraction) -> str:
+    """ "1 GPU", "2 GPUs", "1/7 GPU", "1 3/7 GPUs": the words users read in refusals and
+    on the form. Fractions are GPU-equivalents (a MIG instance, a shared slot)."""
     if isinstance(n, float) and not n.is_integer():
         return f"{n:g} GPU"
+    if isinstance(n, Fraction) and n.denominator != 1:
+        whole, rest = divmod(n, 1)
+        return f"{rest} GPU" if not whole else f"{whole} {rest} GPUs"
     n = int(n)
     return f"{n} GPU" if n == 1 else f"{n} GPUs"
+
+
+def amount(n: int | Fraction) -> str:
+    """ "2", "1/7", "1 3/7": a number of GPU-equivalents without its noun."""
+    whole, rest = divmod(Fraction(n), 1)
+    if not rest:
+        return str(whole)
+    return f"{whole} {rest}" if whole else str(rest)
+
+
+COUNTING = (
+    "GPU-equivalents: a whole GPU counts 1, a MIG instance its share of its GPU's compute "
+    "slices, a slot of a shared GPU 1/slots"
+)
+
+
+def gib(n_bytes: int) -> int:
+    """Memory in whole GiB, as people read it ("80 GiB")."""
+    return round(n_bytes / 2**30)
 
 
 def duration(seconds: float) -> str:

@@ -1,8 +1,16 @@
 from datetime import timedelta
+from fractions import Fraction
 
 import pytest
 
-from gpuspawner.core.culling import Busyness, IdleClock, decide, idle_arbiter, notice
+from gpuspawner.core.culling import (
+    Busyness,
+    IdleClock,
+    combined,
+    decide,
+    idle_arbiter,
+    notice,
+)
 from gpuspawner.core.gpus import Telemetry
 from gpuspawner.core.limits import Limited
 from gpuspawner.core.words import duration
@@ -104,3 +112,45 @@ def test_the_culler_service_runs_with_our_arbiter_and_a_least_privilege_role():
 )
 def test_duration(seconds, text):
     assert duration(seconds) == text
+
+
+def shared(gpu: float | None, *processes: int, per_process=None) -> Telemetry:
+    return Telemetry(utilization_percent=gpu, processes=processes, process_utilization=per_process)
+
+
+@pytest.mark.parametrize(
+    ("sample", "mine", "unowned", "busyness", "expected"),
+    [
+        # NVML says how busy each process is: only this server's processes count
+        (shared(90, 1, 2, per_process=((1, 85.0), (2, 0.0))), {1}, (), Busyness(), True),
+        (shared(90, 1, 2, per_process=((1, 85.0), (2, 0.0))), {2}, (), Busyness(), False),
+        (shared(90, 1, per_process=((1, 85.0),)), set(), (), Busyness(), False),
+        # ... unless some busy process belongs to no container we could find: unknown
+        (shared(90, 1, 9, per_process=((9, 85.0),)), {1}, {9}, Busyness(), None),
+        # the GPU is idle: every slot on it is idle
+        (shared(0, 1, 2), {1}, (), Busyness(), False),
+        (shared(0, 1), {1}, (), Busyness(processes_count=True), True),
+        # no figure per process: a busy GPU counts for each server running something on it
+        (shared(90, 1, 2), {1}, (), Busyness(), True),
+        (shared(90, 2), set(), (), Busyness(), False),
+        (shared(90, 9), set(), {9}, Busyness(), None),
+        # nothing known, or the GPU is sick: unknown, never idle
+        (None, {1}, (), Busyness(), None),
+        (Telemetry(0.0, health="lost"), {1}, (), Busyness(), None),
+        (shared(None, 1), {1}, (), Busyness(), None),
+    ],
+)
+def test_a_slot_is_busy_when_its_own_processes_are(sample, mine, unowned, busyness, expected):
+    assert busyness.of_share(sample, mine, unowned) is expected
+
+
+def test_a_grant_is_busy_if_any_part_is_and_idle_only_if_all_are():
+    assert combined([False, True, None]) is True
+    assert combined([False, None]) is None
+    assert combined([False, False]) is False
+
+
+def test_a_slice_that_sat_idle_is_named_as_a_share():
+    limits = {"gpu_idle_timeout": Limited(600, "students")}
+    verdict = decide(1, Fraction(1, 7), 0, 100, limits, 800)
+    assert verdict.reason == "its 1/7 GPU was idle for 11 min (gpu_idle_timeout of group students)"

@@ -1,3 +1,5 @@
+from fractions import Fraction
+
 import pytest
 
 from gpuspawner.core.errors import LimitsConfigError
@@ -106,9 +108,10 @@ def test_default_limits_quota_caps_everyone_unlisted_together():
     ("groups", "message"),
     [
         ({"students": {"max_gpu": 1}}, r"group_limits\['students'\]: unknown key\(s\) max_gpu"),
-        ({"students": {"max_gpus_per_user": -1}}, r"\['max_gpus_per_user'\] must be a whole"),
-        ({"students": {"max_gpus_per_user": "2"}}, r"must be a whole number"),
-        ({"students": {"max_gpus_per_user": True}}, r"must be a whole number"),
+        ({"students": {"max_gpus_per_user": -1}}, r"\['max_gpus_per_user'\] must be a number"),
+        ({"students": {"max_gpus_per_user": "2"}}, r"must be a number of GPU-equivalents"),
+        ({"students": {"max_gpus_per_user": True}}, r"must be a number of GPU-equivalents"),
+        ({"students": {"max_gpus_group": float("inf")}}, r"GPU-equivalents ≥ 0"),
         ({"students": {"profiles": ["gpu-8"]}}, r"\['profiles'\]: no profile with slug gpu-8"),
         ({"students": {"profiles": "gpu-1"}}, r"must be a list of profile slugs"),
         ({"students": {"max_age": 0}}, r"\['max_age'\] must be a number of seconds > 0"),
@@ -123,3 +126,30 @@ def test_malformed_config_names_group_and_key(groups, message):
 def test_malformed_default_limits_are_named():
     with pytest.raises(LimitsConfigError, match=r"default_limits: unknown key"):
         table(default={"gpus": 1})
+
+
+def test_limits_count_gpu_equivalents_and_say_so():
+    limits = table({"students": {"max_gpus_per_user": 1, "max_gpus_group": 0.5}})
+    student = limits.for_user({"students"})
+    assert student.max_gpus_per_user.value == 1
+    assert student.quotas == {"students": Fraction(1, 2)}
+    # four slices of a GPU cut in seven, then a quarter of a shared GPU: within 1
+    held = usage({"s1": Fraction(4, 7)}, {"students": Fraction(1, 4)})
+    assert student.admit(Fraction(1, 4), "s1", held) == "students"
+    with pytest.raises(LimitExceeded) as refused:
+        student.admit(Fraction(3, 7), "s1", usage({"s1": Fraction(6, 7)}))
+    assert str(refused.value) == (
+        "You already hold 6/7 GPU of your 1 GPU (max_gpus_per_user of group students); "
+        "this profile asks for 3/7 more. Stop one of your other servers first, or pick a "
+        "smaller profile. (Counted in GPU-equivalents: a whole GPU counts 1, a MIG instance "
+        "its share of its GPU's compute slices, a slot of a shared GPU 1/slots.)"
+    )
+    with pytest.raises(LimitExceeded, match=r"already hold 1/2 of their 1/2 GPU \(max_gpus_grou"):
+        student.admit(Fraction(1, 7), "s2", usage(by_group={"students": Fraction(1, 2)}))
+
+
+def test_whole_gpu_refusals_read_as_before():
+    student = table({"students": {"max_gpus_per_user": 1}}).for_user({"students"})
+    with pytest.raises(LimitExceeded) as refused:
+        student.admit(1, "s1", usage({"s1": 1}))
+    assert "GPU-equivalents" not in str(refused.value)

@@ -1,5 +1,6 @@
 import pytest
 
+from gpuspawner.core.gpus import GPU, MigInstance
 from gpuspawner.core.profiles import (
     InvalidUserOptions,
     ProfileConfigError,
@@ -7,6 +8,7 @@ from gpuspawner.core.profiles import (
     default_profiles,
     parse_profiles,
 )
+from gpuspawner.core.units import Kind, Request, Sharing, all_units
 
 PROFILES = parse_profiles(
     [
@@ -19,7 +21,7 @@ PROFILES = parse_profiles(
             "spawner_override": {"mem_limit": "8G"},
         },
     ],
-    pool_size=4,
+    pool=4,
 )
 
 
@@ -59,7 +61,7 @@ def test_slug_is_derived_from_the_display_name():
 )
 def test_bad_profile_config_stops_the_hub(raw, message):
     with pytest.raises(ProfileConfigError, match=message):
-        parse_profiles(raw, pool_size=4)
+        parse_profiles(raw, pool=4)
 
 
 def test_the_choice_is_the_named_profile_or_the_default():
@@ -120,3 +122,81 @@ def test_a_huge_body_gets_a_short_answer():
 def test_bad_choices_say_what_is_wrong(options, message):
     with pytest.raises(InvalidUserOptions, match=message):
         choose_profile(options, PROFILES)
+
+
+GIB = 2**30
+MIXED = all_units(
+    [
+        GPU("GPU-h0", 0, "NVIDIA H100 80GB HBM3", 80 * GIB),
+        GPU("GPU-h1", 1, "NVIDIA H100 80GB HBM3", 80 * GIB),
+        GPU(
+            "GPU-a",
+            2,
+            "NVIDIA A100-SXM4-40GB",
+            40 * GIB,
+            True,
+            tuple(MigInstance(f"MIG-{i}", "1g.5gb", 5 * GIB, 1, 7, i) for i in range(7)),
+        ),
+        GPU("GPU-l", 3, "NVIDIA L40S", 48 * GIB),
+    ],
+    {"GPU-l": Sharing(4)},
+)
+
+
+def test_profiles_pick_by_kind_model_and_memory():
+    profiles = parse_profiles(
+        [
+            {"display_name": "H100", "slug": "h100", "gpus": 1, "gpu_model": "*H100*"},
+            {"display_name": "Big", "slug": "big", "gpus": 2, "min_gpu_memory": "80G"},
+            {"display_name": "Slice", "slug": "slice", "mig_profile": "1g.5gb"},
+            {"display_name": "Shared", "slug": "shared", "shared": True},
+        ],
+        MIXED,
+    )
+    assert [p.request for p in profiles] == [
+        Request(gpus=1, gpu_model="*H100*"),
+        Request(gpus=2, min_gpu_memory=80 * GIB),
+        Request(mig_profile="1g.5gb"),
+        Request(shared=True),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        ({"gpus": 1, "mig_profile": "1g.5gb"}, r"sets gpus and mig_profile; set only one"),
+        ({"mig_profile": "1g.5gb", "shared": True}, r"sets mig_profile and shared; set only one"),
+        ({"mig_profile": "small"}, r"mig_profile must name a MIG profile .* got 'small'"),
+        ({"shared": "yes"}, r"shared must be true or false, got 'yes'"),
+        ({"gpus": 1, "gpu_model": 100}, r"gpu_model must be a model name or pattern"),
+        ({"gpus": 1, "min_gpu_memory": "lots"}, r"min_gpu_memory must be memory such as"),
+        ({"gpu_model": "*A100*"}, r"choose among GPUs, but this profile asks for none"),
+        ({"gpus": 3}, r"asks for 3 GPUs, but the pool has only 2"),
+        (
+            {"gpus": 1, "gpu_model": "*A100*"},
+            r"asks for 1 GPU \(model \*A100\*\), but the pool has 0 such; it has 2 × NVIDIA H100"
+            r".*Fix: change gpus, gpu_model or min_gpu_memory",
+        ),
+        (
+            {"mig_profile": "1g.10gb"},
+            r"asks for a MIG instance 1g.10gb, but the pool has 0 such; .*7 × MIG 1g.5gb · 5 GiB"
+            r" of NVIDIA A100-SXM4-40GB.*make them \(nvidia-smi mig or nvidia-mig-parted\)",
+        ),
+        ({"shared": True, "min_gpu_memory": "40G"}, r"mark a GPU as shared in c.GPUSpawner"),
+    ],
+)
+def test_bad_gpu_keys_name_the_key_and_the_fix(entry, message):
+    with pytest.raises(ProfileConfigError, match=r"^c.GPUSpawner.profiles\[0\] \(x\).*" + message):
+        parse_profiles([{"display_name": "X", "slug": "x", **entry}], MIXED)
+
+
+def test_default_profiles_offer_each_kind_the_pool_has():
+    assert [(p.slug, p.request.kind) for p in default_profiles(MIXED)] == [
+        ("cpu", None),
+        ("gpu-1", Kind.GPU),
+        ("gpu-2", Kind.GPU),
+        ("mig-1g.5gb", Kind.MIG),
+        ("shared", Kind.SHARED),
+    ]
+    slices_only = [u for u in MIXED if u.kind is Kind.MIG]
+    assert [p.slug for p in default_profiles(slices_only) if p.default] == ["mig-1g.5gb"]
