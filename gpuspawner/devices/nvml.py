@@ -1,4 +1,9 @@
-"""GPUs as the NVIDIA driver reports them, through NVML (nvidia-ml-py, imported as pynvml)."""
+"""GPUs as the NVIDIA driver reports them, through NVML (nvidia-ml-py, imported as pynvml).
+
+A GPU in MIG mode is listed with the MIG instances the driver reports on it
+(their UUIDs `MIG-…`, profiles and memory); gpuspawner makes no MIG layout,
+it follows the one it finds, each time it looks.
+"""
 
 from __future__ import annotations
 
@@ -11,8 +16,9 @@ from typing import Any
 import pynvml
 
 from ..core.errors import NoGPUSourceError
-from ..core.gpus import GPU, Telemetry
+from ..core.gpus import GPU, MigInstance, Telemetry
 from ..core.placement import Topology
+from ..core.units import mig_profile_name
 
 log = logging.getLogger("gpuspawner")
 
@@ -48,6 +54,7 @@ class NvmlSource:
         self._initialised = False
         self._events: Any = None
         self._critical_xids: dict[str, int] = {}
+        self._seen_until: dict[str, int] = {}  # per GPU: the last process sample read (µs)
 
     def _init(self) -> None:
         with self._lock:
@@ -87,15 +94,56 @@ class NvmlSource:
         values: dict[str, Any] = {}
         try:
             handle = nvml.nvmlDeviceGetHandleByUUID(uuid)
+            if uuid.startswith("MIG-"):
+                return self._sample_mig(handle)
             for name, read in _READINGS.items():
                 with contextlib.suppress(*UNREPORTED):
                     values[name] = read(nvml, handle)
+            values["process_utilization"] = self._process_utilization(uuid, handle)
             health = self._health(handle)
         except pynvml.NVMLError as error:
             health = _health_from_error(error)
         if uuid in self._critical_xids:
             health = health or f"critical XID {self._critical_xids[uuid]} reported"
         return Telemetry(**values, health=health)
+
+    def _sample_mig(self, handle: Any) -> Telemetry:
+        """A MIG instance: its own memory and processes, its GPU's health.
+
+        NVML reports no utilisation for a MIG instance. With no compute process
+        on it, it is idle (0 %); with some, how busy it is stays unknown (None),
+        so it neither counts as activity nor as idle.
+        """
+        nvml = self._nvml
+        values: dict[str, Any] = {}
+        for name in ("memory_used_bytes", "processes"):
+            with contextlib.suppress(*UNREPORTED):
+                values[name] = _READINGS[name](nvml, handle)
+        if values.get("processes") == ():
+            values["utilization_percent"] = 0.0
+        gpu = nvml.nvmlDeviceGetDeviceHandleFromMigDeviceHandle(handle)
+        health = self._health(gpu)
+        xid = self._critical_xids.get(_text(nvml.nvmlDeviceGetUUID(gpu)))
+        if xid is not None:
+            health = health or f"critical XID {xid} reported on its GPU"
+        return Telemetry(**values, health=health)
+
+    def _process_utilization(self, uuid: str, handle: Any) -> tuple[tuple[int, float], ...] | None:
+        """Each process's share of the GPU since the last look (the most it was seen using);
+        what tells the servers sharing one GPU apart. None where the GPU does not report it."""
+        try:
+            samples = self._nvml.nvmlDeviceGetProcessUtilization(
+                handle, self._seen_until.get(uuid, 0)
+            )
+        except pynvml.NVMLError_NotFound:
+            return ()  # no process used the GPU since the last look
+        except pynvml.NVMLError:
+            return None
+        busiest: dict[int, float] = {}
+        for sample in samples:
+            busiest[int(sample.pid)] = max(busiest.get(int(sample.pid), 0.0), float(sample.smUtil))
+            self._seen_until[uuid] = max(self._seen_until.get(uuid, 0), int(sample.timeStamp))
+        return tuple(sorted(busiest.items()))
 
     def _health(self, handle: Any) -> str | None:
         nvml = self._nvml
@@ -173,18 +221,68 @@ class NvmlSource:
         for index in range(nvml.nvmlDeviceGetCount()):
             try:
                 handle = nvml.nvmlDeviceGetHandleByIndex(index)
+                uuid = _text(nvml.nvmlDeviceGetUUID(handle))
+                memory = int(nvml.nvmlDeviceGetMemoryInfo(handle).total)
+                mig_mode, instances = self._mig(handle, index, memory)
                 gpus.append(
                     GPU(
-                        uuid=_text(nvml.nvmlDeviceGetUUID(handle)),
+                        uuid=uuid,
                         index=index,
                         model=_text(nvml.nvmlDeviceGetName(handle)),
-                        memory_total_bytes=int(nvml.nvmlDeviceGetMemoryInfo(handle).total),
+                        memory_total_bytes=memory,
+                        mig_mode=mig_mode,
+                        mig=instances,
                     )
                 )
             except pynvml.NVMLError as error:
                 # Without a UUID it cannot be named, so it cannot be handed out either.
                 log.warning("GPU %d left out of the pool: NVML says %s", index, error)
         return gpus
+
+    def _mig(self, handle: Any, index: int, memory: int) -> tuple[bool, tuple[MigInstance, ...]]:
+        """Whether a GPU is in MIG mode, and the MIG instances on it now.
+
+        A GPU without MIG answers NotSupported; an empty MIG index NotFound. The
+        GPU's compute slices are as many as it may have MIG devices (7 on A100 and
+        H100, 4 on A30). An instance NVML cannot describe is left out and named.
+        """
+        nvml = self._nvml
+        try:
+            current, _pending = nvml.nvmlDeviceGetMigMode(handle)
+        except UNREPORTED:
+            return False, ()
+        if current != pynvml.NVML_DEVICE_MIG_ENABLE:
+            return False, ()
+        slices = int(nvml.nvmlDeviceGetMaxMigDeviceCount(handle))
+        found = []
+        for position in range(slices):
+            try:
+                mig = nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, position)
+                attributes = nvml.nvmlDeviceGetAttributes(mig)
+                compute = int(attributes.computeInstanceSliceCount)
+                mib = int(attributes.memorySizeMB)
+                found.append(
+                    MigInstance(
+                        uuid=_text(nvml.nvmlDeviceGetUUID(mig)),
+                        profile=mig_profile_name(
+                            compute, int(attributes.gpuInstanceSliceCount), mib, memory
+                        ),
+                        memory_total_bytes=mib * 2**20,
+                        slices=compute,
+                        gpu_slices=slices,
+                        position=position,
+                    )
+                )
+            except pynvml.NVMLError_NotFound:
+                continue  # no MIG device at this index
+            except pynvml.NVMLError as error:
+                log.warning(
+                    "GPU %d: MIG device %d left out of the pool: NVML says %s",
+                    index,
+                    position,
+                    error,
+                )
+        return True, tuple(found)
 
 
 def _health_from_error(error: Exception) -> str | None:

@@ -1,60 +1,189 @@
 """Simulated GPUs, for demos and tests on machines without GPUs: the pool, the form, the
-limits and Docker's device requests work as on a GPU server."""
+limits and Docker's device requests work as on a GPU server.
+
+Either N identical H100s (`simulate_gpus`), or a machine described GPU by GPU
+(`simulated_host`): models, memory, MIG layouts. A host given as a JSON file is
+read again on every look, so a MIG layout can change while the hub runs, as an
+admin's `nvidia-smi mig` would change it.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ..core.gpus import GPU, Telemetry
+from ..core.errors import InventoryConfigError
+from ..core.gpus import GPU, MigInstance, Telemetry
 from ..core.placement import Topology
+from ..core.units import MIG_PROFILE, parse_memory
+
+HOST_KEYS = ("model", "memory", "count", "mig", "mig_slices")
+FIRST_SIMULATED_PID = 4_000_000  # above Linux's largest PID: never a real process
 
 
 class SimulatedSource:
-    """N GPUs that look real: stable UUIDs, an H100's name and memory.
+    """GPUs that look real: stable UUIDs, models and memory, MIG instances.
 
-    They idle at 0 % unless `load_file` says otherwise: a JSON object from
-    UUID or index to any of utilization_percent, memory_used_gib,
-    temperature_celsius, power_watts, processes (a list of PIDs) and health,
-    so demos and tests can make a GPU look busy, hot or broken.
+    They idle at 0 % unless `load_file` says otherwise: a JSON object from a
+    GPU's UUID or index, or a MIG instance's UUID or "index:position", to any of
+    utilization_percent, memory_used_gib, temperature_celsius, power_watts,
+    health (a reason: the GPU is then unhealthy) and processes. A process is a
+    PID, or {"container": NAME, "utilization_percent": P}: a process of that
+    container (its name or id) using P % of the GPU, which is how a simulated
+    shared GPU says which of its servers is busy.
     """
 
     MODEL = "NVIDIA H100 80GB HBM3"
     MEMORY_BYTES = 80 * 2**30
     IDLE = Telemetry(0.0, 0, 34.0, 70.0)
 
-    def __init__(self, count: int, seed: str = "gpuspawner", load_file: str = "") -> None:
-        self.count = count
+    def __init__(
+        self,
+        count: int = 0,
+        seed: str = "gpuspawner",
+        load_file: str = "",
+        host: Sequence[Mapping[str, Any]] | str = (),
+    ) -> None:
         self.seed = seed
         self.load_file = load_file
+        self.host = host
+        self._gpus = self._read_host() if host else self._identical(count)
+        self._owners: dict[int, str] = {}  # simulated PIDs → their container
+
+    @property
+    def count(self) -> int:
+        return len(self._gpus)
 
     def list_gpus(self) -> list[GPU]:
-        return [GPU(self.uuid(i), i, self.MODEL, self.MEMORY_BYTES) for i in range(self.count)]
+        if isinstance(self.host, str) and self.host:
+            with contextlib.suppress(InventoryConfigError):  # a file mid-rewrite: as last read
+                self._gpus = self._read_host()
+        return list(self._gpus)
 
     def topology(self, gpus: Sequence[GPU]) -> Topology:
         """Wired like a DGX board: NVLink pairs (0–1, 2–3 …) under PCIe switches of four."""
         return Topology.by_index({g.uuid: g.index for g in gpus})
 
     def uuid(self, index: int) -> str:
-        digest = hashlib.sha256(f"{self.seed}:{index}".encode()).hexdigest()
-        return f"GPU-{digest[:8]}-{digest[8:12]}-{digest[12:16]}-{digest[16:20]}-{digest[20:32]}"
+        return _uuid("GPU", f"{self.seed}:{index}")
 
+    def _identical(self, count: int) -> list[GPU]:
+        return [GPU(self.uuid(i), i, self.MODEL, self.MEMORY_BYTES) for i in range(count)]
+
+    # --- the machine ------------------------------------------------------------------
+    def _read_host(self) -> list[GPU]:
+        where = "c.GPUSpawner.simulated_host"
+        raw: Any = self.host
+        if isinstance(raw, str):
+            try:
+                raw = json.loads(Path(raw).read_text())
+            except (OSError, ValueError) as error:
+                raise InventoryConfigError(f"{where}: cannot read {self.host}: {error}") from None
+        if not isinstance(raw, list) or not raw:
+            raise InventoryConfigError(f"{where} must be a non-empty list of GPUs (dicts)")
+        gpus: list[GPU] = []
+        for n, entry in enumerate(raw):
+            gpus += self._describe(entry, f"{where}[{n}]", len(gpus))
+        return gpus
+
+    def _describe(self, entry: Any, where: str, first: int) -> list[GPU]:
+        if not isinstance(entry, Mapping) or set(entry) - set(HOST_KEYS):
+            raise InventoryConfigError(
+                f"{where} must be a dict with keys among {', '.join(HOST_KEYS)}, got {entry!r}"
+            )
+        model = entry.get("model", self.MODEL)
+        count, slices = entry.get("count", 1), entry.get("mig_slices", 7)
+        if not isinstance(model, str) or not model:
+            raise InventoryConfigError(f"{where}: model must be a GPU's name, got {model!r}")
+        for key, value in (("count", count), ("mig_slices", slices)):
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 64:
+                raise InventoryConfigError(f"{where}: {key} must be 1 to 64, got {value!r}")
+        memory = parse_memory(
+            entry.get("memory", self.MEMORY_BYTES), f"{where}['memory']", InventoryConfigError
+        )
+        mig = entry.get("mig")
+        gpus = []
+        for index in range(first, first + count):
+            uuid = self.uuid(index)
+            instances = None if mig is None else _layout(mig, where, index, uuid, slices, memory)
+            gpus.append(
+                GPU(uuid, index, model, memory, instances is not None, tuple(instances or ()))
+            )
+        return gpus
+
+    # --- telemetry ----------------------------------------------------------------------
     def sample(self, uuids: Sequence[str]) -> dict[str, Telemetry]:
         loads = self._loads()
-        index = {self.uuid(i): str(i) for i in range(self.count)}
+        gpus = {g.uuid: g for g in self._gpus}
+        migs = {m.uuid: (g, m) for g in self._gpus for m in g.mig}
         samples = {}
         for uuid in uuids:
-            load = loads.get(uuid) or loads.get(index.get(uuid, "")) or {}
-            changes: dict[str, Any] = {k: v for k, v in load.items() if k in _SIMULATED_FIELDS}
-            if "memory_used_gib" in load:
-                changes["memory_used_bytes"] = int(load["memory_used_gib"] * 2**30)
-            changes["processes"] = tuple(load.get("processes", ()))
-            samples[uuid] = replace(self.IDLE, **changes)
+            if uuid in migs:
+                gpu, mig = migs[uuid]
+                key = f"{gpu.index}:{mig.position}"
+                samples[uuid] = self._sample_mig(loads.get(uuid) or loads.get(key) or {})
+                health = self._health(loads, gpu)
+                if health and not samples[uuid].health:
+                    samples[uuid] = replace(samples[uuid], health=health)
+                continue
+            whole = gpus.get(uuid)
+            load = loads.get(uuid) or (loads.get(str(whole.index)) if whole else None) or {}
+            in_mig_mode = whole is not None and whole.mig_mode  # NVML: no utilisation then
+            idle = replace(self.IDLE, utilization_percent=None) if in_mig_mode else self.IDLE
+            samples[uuid] = replace(idle, **self._changes(load))
         return samples
+
+    def _sample_mig(self, load: Mapping[str, Any]) -> Telemetry:
+        """As NVML reports a MIG instance: memory and processes; idle with no process on it,
+        else utilisation unknown; no temperature or power of its own."""
+        changes = self._changes(load)
+        busy = None if changes["processes"] else 0.0
+        return Telemetry(
+            busy,
+            changes.get("memory_used_bytes", 0),
+            processes=changes["processes"],
+            health=changes.get("health"),
+        )
+
+    def _health(self, loads: Mapping[str, Any], gpu: GPU) -> str | None:
+        load = loads.get(gpu.uuid) or loads.get(str(gpu.index)) or {}
+        return load.get("health") if isinstance(load, Mapping) else None
+
+    def _changes(self, load: Any) -> dict[str, Any]:
+        if not isinstance(load, Mapping):
+            return {"processes": ()}
+        changes: dict[str, Any] = {k: v for k, v in load.items() if k in _SIMULATED_FIELDS}
+        if "memory_used_gib" in load:
+            changes["memory_used_bytes"] = int(load["memory_used_gib"] * 2**30)
+        pids, shares = [], []
+        for process in load.get("processes", ()):
+            if isinstance(process, Mapping):
+                pid = self._pid_of(str(process.get("container", "")))
+                shares.append((pid, float(process.get("utilization_percent", 0.0))))
+                pids.append(pid)
+            else:
+                pids.append(int(process))
+        changes["processes"] = tuple(pids)
+        if shares:
+            changes["process_utilization"] = tuple(shares)
+        return changes
+
+    def _pid_of(self, container: str) -> int:
+        for pid, owner in self._owners.items():
+            if owner == container:
+                return pid
+        pid = FIRST_SIMULATED_PID + len(self._owners)
+        self._owners[pid] = container
+        return pid
+
+    def process_owners(self, pids: Iterable[int]) -> dict[int, str]:
+        """The container (name or id) of each simulated process, as the load file names it."""
+        return {pid: self._owners[pid] for pid in pids if pid in self._owners}
 
     def _loads(self) -> dict[str, Any]:
         if not self.load_file:
@@ -67,3 +196,41 @@ class SimulatedSource:
 
 
 _SIMULATED_FIELDS = {"utilization_percent", "temperature_celsius", "power_watts", "health"}
+
+
+def _uuid(kind: str, text: str) -> str:
+    digest = hashlib.sha256(text.encode()).hexdigest()
+    return f"{kind}-{digest[:8]}-{digest[8:12]}-{digest[12:16]}-{digest[16:20]}-{digest[20:32]}"
+
+
+def _layout(
+    mig: Any, where: str, index: int, gpu: str, slices: int, memory: int
+) -> list[MigInstance]:
+    """The MIG instances an admin made on one simulated GPU, from their profile names."""
+    if not isinstance(mig, list) or not all(isinstance(p, str) for p in mig):
+        raise InventoryConfigError(
+            f"{where}: mig must be a list of MIG profiles such as ['1g.10gb', '3g.40gb'] "
+            "([] for MIG mode without instances)"
+        )
+    instances = []
+    for position, profile in enumerate(mig):
+        if not MIG_PROFILE.match(profile):
+            raise InventoryConfigError(f"{where}: {profile!r} is not a MIG profile like 1g.10gb")
+        compute, _, rest = profile.rpartition("c.") if "c." in profile else ("", "", profile)
+        instance_slices, size = (int(x) for x in rest.split("+")[0][:-2].split("g."))
+        instances.append(
+            MigInstance(
+                uuid=_uuid("MIG", f"{gpu}:{position}:{profile}"),
+                profile=profile,
+                memory_total_bytes=min(size * 2**30, memory),
+                slices=int(compute or instance_slices),
+                gpu_slices=slices,
+                position=position,
+            )
+        )
+    used = sum(i.slices for i in instances)
+    if used > slices:
+        raise InventoryConfigError(
+            f"{where}: GPU {index}'s MIG instances use {used} slices; it has {slices}"
+        )
+    return instances

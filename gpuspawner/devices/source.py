@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from typing import Protocol
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from ..core.errors import InventoryConfigError
 from ..core.gpus import GPU, Telemetry
 from ..core.placement import Topology
+from ..core.units import Sharing, Unit, all_units, parse_shared
 
 log = logging.getLogger("gpuspawner")
 
@@ -18,7 +19,9 @@ log = logging.getLogger("gpuspawner")
 class GPUSource(Protocol):
     """Where the inventory, the wiring and the telemetry come from."""
 
-    def list_gpus(self) -> list[GPU]: ...
+    def list_gpus(self) -> list[GPU]:
+        """The GPUs as they are now, each with its MIG instances if in MIG mode."""
+        ...
 
     def topology(self, gpus: Sequence[GPU]) -> Topology: ...
 
@@ -33,14 +36,28 @@ class Inventory:
     gpus: list[GPU]
     excluded: list[GPU]
     ambiguous: list[GPU]
+    shared: Mapping[str, Sharing] = field(default_factory=dict)  # by GPU UUID
+
+    @property
+    def units(self) -> list[Unit]:
+        """What the pool hands out: whole GPUs, MIG instances, shared GPUs' slots."""
+        return all_units(self.gpus, self.shared)
 
     def uuid_by_index(self) -> dict[str, str]:
         """NVML index (as text, as Docker device requests may name GPUs) → UUID."""
         return {str(g.index): g.uuid for g in (*self.gpus, *self.excluded)}
 
+    def machine(self) -> list[str]:
+        """Every GPU and MIG UUID of the machine, excluded ones too: what a container may reach."""
+        gpus = (*self.gpus, *self.excluded)
+        return [*(g.uuid for g in gpus), *(m.uuid for g in gpus for m in g.mig)]
 
-def discover(source: GPUSource, exclude: Iterable[str | int] = ()) -> Inventory:
-    """The machine's GPUs, split by the admin's `exclude_gpus` (UUIDs or indices)."""
+
+def discover(
+    source: GPUSource, exclude: Iterable[str | int] = (), shared: Mapping[Any, Any] | None = None
+) -> Inventory:
+    """The machine's GPUs, split by the admin's `exclude_gpus` (UUIDs or indices), with the
+    admin's `shared_gpus` checked against them."""
     found = source.list_gpus()
     twice = {uuid for uuid, n in Counter(g.uuid for g in found).items() if n > 1}
     for uuid in sorted(twice):
@@ -62,8 +79,16 @@ def discover(source: GPUSource, exclude: Iterable[str | int] = ()) -> Inventory:
     def is_excluded(gpu: GPU) -> bool:
         return gpu.uuid in excluded_keys or str(gpu.index) in excluded_keys
 
+    sharing = parse_shared(shared or {}, [g for g in found if g.uuid not in twice])
+    for gpu in found:
+        if gpu.uuid in sharing and is_excluded(gpu):
+            raise InventoryConfigError(
+                f"GPU {gpu.index} is both in c.GPUSpawner.exclude_gpus and in "
+                "c.GPUSpawner.shared_gpus: remove it from one"
+            )
     return Inventory(
         gpus=[g for g in found if g.uuid not in twice and not is_excluded(g)],
         excluded=[g for g in found if g.uuid not in twice and is_excluded(g)],
         ambiguous=[g for g in found if g.uuid in twice],
+        shared=sharing,
     )
