@@ -30,6 +30,7 @@ class ServerLabels:
     uuids: tuple[str, ...]
     since: float | None
     quota_group: str | None
+    units: tuple[str, ...] = ()  # the units held, by id (absent before gpuspawner 0.2)
 
 
 @dataclass(frozen=True)

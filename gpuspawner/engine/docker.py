@@ -9,7 +9,9 @@ container can reach, however it asked for them.
 The labels are the durable record of who holds what. They travel with the
 container, so they are right after a hub crash, a hub restart or a database
 restore, and a container and its record can never part; the hub's database
-only says which servers it believes run.
+only says which servers it believes run. `gpuspawner.units` names each unit
+held (a MIG instance, a shared GPU's slot): the device request says which
+GPU a container reaches, never which of a shared GPU's slots it holds.
 """
 
 from __future__ import annotations
@@ -41,9 +43,11 @@ LABEL_SERVER = LABEL_PREFIX + "server"
 LABEL_GPUS = LABEL_PREFIX + "gpus"
 LABEL_QUOTA_GROUP = LABEL_PREFIX + "quota-group"
 LABEL_SINCE = LABEL_PREFIX + "since"
+LABEL_UNITS = LABEL_PREFIX + "units"
 
 NO_GPU = "void"
 GUARDED_ENV = ("NVIDIA_VISIBLE_DEVICES", "DOCKER_RESOURCE_")
+MPS_MEMORY_LIMIT = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
 
 
 def device_requests(uuids: Iterable[str]) -> list[dict[str, Any]]:
@@ -63,9 +67,19 @@ def labels(grant: Grant, hub: str) -> dict[str, str]:
         LABEL_USER: holder.user,
         LABEL_SERVER: holder.server,
         LABEL_GPUS: ",".join(grant.uuids),
+        LABEL_UNITS: ",".join(grant.ids),
         LABEL_QUOTA_GROUP: grant.quota_group or "",
         LABEL_SINCE: f"{grant.since:.3f}",
     }
+
+
+def mps_environment(grant: Grant) -> dict[str, str]:
+    """A shared GPU's per-client memory cap, for sites that run NVIDIA MPS: the CUDA client
+    in the container (which sees one GPU, device 0) reads it when it starts."""
+    limits = {u.mps_memory_limit for u in grant.units if u.mps_memory_limit}
+    if not limits:
+        return {}
+    return {MPS_MEMORY_LIMIT: f"0={min(limits) // 2**20}MB"}
 
 
 def isolate(create_kwargs: dict[str, Any], grant: Grant, hub: str) -> dict[str, Any]:
@@ -91,6 +105,7 @@ def isolate(create_kwargs: dict[str, Any], grant: Grant, hub: str) -> dict[str, 
         # Without a device request the image's NVIDIA_VISIBLE_DEVICES (often "all")
         # would reach the NVIDIA runtime wherever it is Docker's default.
         environment["NVIDIA_VISIBLE_DEVICES"] = NO_GPU
+    environment.update(mps_environment(grant))
     return {
         **create_kwargs,
         "host_config": host_config,
@@ -162,6 +177,7 @@ def read_labels(container_labels: Mapping[str, str]) -> ServerLabels | None:
         uuids=tuple(u for u in container_labels.get(LABEL_GPUS, "").split(",") if u),
         since=since,
         quota_group=container_labels.get(LABEL_QUOTA_GROUP) or None,
+        units=tuple(u for u in container_labels.get(LABEL_UNITS, "").split(",") if u),
     )
 
 

@@ -1,13 +1,15 @@
 import pytest
 
 from gpuspawner.core.errors import UnsafeContainerConfig
+from gpuspawner.core.gpus import GPU
 from gpuspawner.core.pool import Grant, Holder
 from gpuspawner.core.reach import Reach
+from gpuspawner.core.units import Sharing, bare, units_of
 from gpuspawner.engine import docker as engine
 from gpuspawner.engine.base import ServerLabels
 
 HOLDER = Holder(12, 3, "ann", "train")
-GPU_GRANT = Grant(HOLDER, ("GPU-a", "GPU-b"), 100.0, "students")
+GPU_GRANT = Grant(HOLDER, (bare("GPU-a"), bare("GPU-b")), 100.0, "students")
 CPU_GRANT = Grant(Holder(13, 3, "ann", "notes"), (), 100.0)
 HUB = "jupyter"
 MACHINE = ["GPU-a", "GPU-b", "GPU-c", "GPU-d"]
@@ -151,7 +153,7 @@ def test_our_servers_are_read_back_from_labels_and_device_requests():
         )
     )
     assert seen.server == ServerLabels(
-        HUB, 12, 3, "ann", "train", ("GPU-a", "GPU-b"), 100.0, "students"
+        HUB, 12, 3, "ann", "train", ("GPU-a", "GPU-b"), 100.0, "students", ("GPU-a", "GPU-b")
     )
     assert seen.reach.uuids(BY_INDEX, MACHINE) == {"GPU-a", "GPU-b"}
     assert seen.name == "jupyter-ann--train" and seen.running and seen.label_problem is None
@@ -226,3 +228,24 @@ def test_an_nvidia_runtime_reads_the_containers_visible_devices():
     )
     container["Config"]["Env"] = ["NVIDIA_VISIBLE_DEVICES=void"]
     assert not engine.reach(container, default_runtime="nvidia")
+
+
+def test_each_unit_held_is_labelled_so_a_shared_gpus_slot_can_be_told():
+    l40s = units_of(GPU("GPU-l", 3, "NVIDIA L40S", 48 * 2**30), Sharing(4, 10 * 2**30))
+    grant = Grant(HOLDER, (l40s[2],), 100.0)
+    isolated = engine.isolate({"environment": {}}, grant, HUB)
+    assert isolated["host_config"]["DeviceRequests"][0]["DeviceIDs"] == ["GPU-l"]
+    assert isolated["labels"]["gpuspawner.units"] == "GPU-l#3"
+    assert isolated["labels"]["gpuspawner.gpus"] == "GPU-l"
+    # with MPS, the slot's memory cap, for the one GPU the container sees
+    assert isolated["environment"]["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=10240MB"
+    assert engine.read_labels(isolated["labels"]).units == ("GPU-l#3",)
+    plain = engine.isolate({}, Grant(HOLDER, units_of(GPU("GPU-m", 0, "L4", 2**30)), 1.0), HUB)
+    assert "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT" not in plain["environment"]
+
+
+def test_a_mig_device_named_by_index_reaches_its_whole_gpu():
+    reach = engine.reach(
+        {"HostConfig": {"DeviceRequests": [{"Driver": "nvidia", "DeviceIDs": ["1:3"]}]}}
+    )
+    assert reach.uuids({"0": "GPU-a", "1": "GPU-b"}, ["GPU-a", "GPU-b", "MIG-x"]) == {"GPU-b"}
