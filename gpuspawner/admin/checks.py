@@ -19,6 +19,7 @@ import pynvml
 from ..config.site import GPUSite, check_container_settings
 from ..core.errors import GPUConfigError, NoGPUSourceError, UnsafeContainerConfig
 from ..core.gpus import GPU, Telemetry, gpus_in_words
+from ..core.units import all_units, tally
 from ..devices.nvml import NvmlSource
 from ..devices.simulated import SimulatedSource
 from ..devices.source import GPUSource
@@ -126,10 +127,12 @@ def health_findings(gpus: list[GPU], samples: Mapping[str, Telemetry]) -> list[F
 
 def simulated_gpu_findings(source: SimulatedSource) -> list[Finding]:
     gpus = source.list_gpus()
+    setting = "simulated_host" if source.host else f"simulate_gpus = {source.count}"
+    fix = "remove simulated_host" if source.host else "set simulate_gpus = 0"
     summary = passed(
         "GPUs",
-        f"simulated: {gpus_in_words(gpus)} (simulate_gpus = {source.count}); NVML not asked. "
-        "Set simulate_gpus = 0 on a GPU server.",
+        f"simulated: {tally(all_units(gpus, {}))} ({setting}); NVML not asked. "
+        f"On a GPU server, {fix}.",
     )
     return [summary, *health_findings(gpus, source.sample([g.uuid for g in gpus]))]
 

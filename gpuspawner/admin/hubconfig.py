@@ -124,6 +124,7 @@ def load(path: Path, simulate_gpus: int | None = None) -> HubConfig:
         ) from None
     if simulate_gpus is not None:
         config.GPUSpawner.simulate_gpus = simulate_gpus
+        config.GPUSpawner.simulated_host = []  # the command line's simulation replaces the file's
     spawner_class = _spawner_class(config, path)
     try:
         spawner = spawner_class.from_config(config)
@@ -139,7 +140,8 @@ def gpu_source(site: HubConfig | None, simulate: int | None, load_file: str = ""
     """
     count = site.spawner.simulate_gpus if site else simulate or 0
     load_file = load_file or (site.spawner.simulated_load_file if site else "")
-    return configured_source(count, load_file)
+    host = site.spawner.simulated_host if site else None
+    return configured_source(count, load_file, host)
 
 
 def _spawner_class(config: Config, path: Path) -> type[Any]:

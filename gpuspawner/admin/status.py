@@ -1,4 +1,5 @@
-"""`gpuspawner status`: the GPU pool on a terminal — each GPU, who holds it, and its load.
+"""`gpuspawner status`: the GPU pool on a terminal — each GPU (each MIG instance, each
+shared GPU's slot), who holds it, and its load.
 
 It asks the hub nothing: Docker's container labels say who holds which GPU
 (as they tell the hub itself after a restart) and NVML, or the simulated
@@ -11,21 +12,24 @@ import argparse
 import sys
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import docker
 from docker.errors import DockerException
 
 from ..core.errors import GPUConfigError
 from ..core.gpus import GPU, Telemetry
-from ..core.words import server_name
+from ..core.units import Kind, Sharing, Unit, units_of
+from ..core.words import gib, server_name
 from ..devices.source import GPUSource, discover
 from ..engine.base import Seen, ServerLabels
 from ..engine.docker import DockerEngine
 from . import hubconfig
 
 HEADERS = ("GPU", "HOLDER", "SINCE", "UTIL", "MEMORY", "TEMP", "UUID", "HEALTH")
+KIND_WORDS = {Kind.GPU: "whole GPUs", Kind.MIG: "MIG instances", Kind.SHARED: "shared slots"}
 
 
 @dataclass(frozen=True)
@@ -52,16 +56,18 @@ class Holdings:
 @dataclass(frozen=True)
 class PoolRow:
     gpu: GPU
+    unit: Unit  # the GPU itself, one of its MIG instances, or one of its slots
     sample: Telemetry
     holders: tuple[str, ...]
     since: float | None
     excluded: bool
+    empty: bool = False  # a GPU in MIG mode without instances: nothing to hand out
 
 
 def main(args: argparse.Namespace) -> int:
     try:
-        source, exclude = _gpu_source(args.config, args.simulate, args.simulated_load)
-        inventory = discover(source, exclude)
+        source, exclude, shared = _gpu_source(args.config, args.simulate, args.simulated_load)
+        inventory = discover(source, exclude, shared)
         engine = DockerEngine(docker.from_env().api)
         seen = engine.containers()
     except (hubconfig.ConfigError, GPUConfigError, DockerException) as error:
@@ -69,20 +75,24 @@ def main(args: argparse.Namespace) -> int:
         return 1
     excluded = inventory.excluded
     everything = sorted([*inventory.gpus, *excluded], key=lambda g: g.index)
-    holdings = scan(seen, inventory.uuid_by_index(), [g.uuid for g in everything], args.prefix)
-    rows = pool_rows(everything, excluded, source.sample([g.uuid for g in everything]), holdings)
+    machine = inventory.machine()
+    holdings = scan(seen, inventory.uuid_by_index(), machine, args.prefix)
+    samples = source.sample(machine)
+    rows = pool_rows(everything, excluded, samples, holdings, inventory.shared)
     print(render(rows, holdings, time.time()))
     return 0
 
 
 def _gpu_source(
     config_path: Path | None, simulate: int | None, simulated_load: str
-) -> tuple[GPUSource, list[str | int]]:
-    """The GPUs as the hub sees them: with its config's simulation and exclusions, if it has one."""
+) -> tuple[GPUSource, list[str | int], dict[Any, Any]]:
+    """The GPUs as the hub sees them: with its config's simulation, exclusions and shared
+    GPUs, if it has one."""
     path = config_path or hubconfig.DEFAULT_PATH
     site = hubconfig.load(path, simulate) if config_path or path.is_file() else None
     exclude = list(site.spawner.exclude_gpus) if site else []
-    return hubconfig.gpu_source(site, simulate, simulated_load), exclude
+    shared = dict(site.spawner.shared_gpus) if site else {}
+    return hubconfig.gpu_source(site, simulate, simulated_load), exclude, shared
 
 
 def scan(
@@ -111,15 +121,46 @@ def pool_rows(
     excluded: Sequence[GPU],
     samples: Mapping[str, Telemetry],
     holdings: Holdings,
+    shared: Mapping[str, Sharing] | None = None,
 ) -> list[PoolRow]:
+    """One row per unit: each whole GPU, MIG instance and shared GPU's slot."""
     rows = []
     for gpu in gpus:
-        servers = [s for s in holdings.servers if gpu.uuid in s.uuids]
-        holders = [s.name for s in servers]
-        holders += [f"{name} (not gpuspawner)" for name in holdings.external.get(gpu.uuid, [])]
-        since = min((s.labels.since for s in servers if s.labels.since is not None), default=None)
-        rows.append(PoolRow(gpu, samples[gpu.uuid], tuple(holders), since, gpu in excluded))
+        units = units_of(gpu, (shared or {}).get(gpu.uuid))
+        for unit in units or (_mig_mode_empty(gpu),):
+            servers = [s for s in holdings.servers if _holds(s, unit)]
+            holders = [s.name for s in servers]
+            outside = holdings.external.get(unit.device, [])
+            if unit.gpu != unit.device:
+                outside = [*outside, *holdings.external.get(unit.gpu, [])]
+            holders += [f"{name} (not gpuspawner)" for name in dict.fromkeys(outside)]
+            since = min(
+                (s.labels.since for s in servers if s.labels.since is not None), default=None
+            )
+            sample = samples.get(unit.device) or Telemetry()
+            if unit.device != gpu.uuid:  # a MIG instance: its GPU's temperature and health
+                of_gpu = samples.get(gpu.uuid) or Telemetry()
+                sample = replace(
+                    sample,
+                    temperature_celsius=of_gpu.temperature_celsius,
+                    health=sample.health or of_gpu.health,
+                )
+            excluded_here = gpu in excluded
+            rows.append(PoolRow(gpu, unit, sample, tuple(holders), since, excluded_here, not units))
     return rows
+
+
+def _holds(server: Server, unit: Unit) -> bool:
+    """A shared GPU's slot is held by the server whose labels name it; anything else by the
+    server whose container reaches it."""
+    if unit.kind is Kind.SHARED:
+        return unit.id in server.labels.units
+    return unit.device in server.uuids
+
+
+def _mig_mode_empty(gpu: GPU) -> Unit:
+    """A GPU in MIG mode with no instance yet: one row, holding nothing to hand out."""
+    return Unit(gpu.uuid, gpu.uuid, gpu.uuid, gpu.index, gpu.model, 0, Kind.MIG, profile="none")
 
 
 def render(rows: Sequence[PoolRow], holdings: Holdings, now: float) -> str:
@@ -133,24 +174,36 @@ def render(rows: Sequence[PoolRow], holdings: Holdings, now: float) -> str:
 
 
 def _cells(row: PoolRow, now: float) -> tuple[str, ...]:
-    sample, gpu = row.sample, row.gpu
+    sample, gpu, unit = row.sample, row.gpu, row.unit
     idle = "excluded" if row.excluded else "unhealthy" if sample.health else "free"
     holder = ", ".join(row.holders) or idle
+    total = gib(unit.memory_bytes) if unit.kind is Kind.MIG else gpu.memory_gib
     memory = (
-        f"{sample.memory_used_bytes / 2**30:.0f}/{gpu.memory_gib} GiB"
+        f"{sample.memory_used_bytes / 2**30:.0f}/{total} GiB"
         if sample.memory_used_bytes is not None
         else "–"
     )
     return (
-        str(gpu.index),
+        _where(unit),
         holder,
         _since(row.since, now) if row.since is not None else "",
         _unit(sample.utilization_percent, "%"),
         memory,
         _unit(sample.temperature_celsius, "°C"),
-        gpu.uuid,
+        unit.device,
         sample.health or "ok",
     )
+
+
+def _where(unit: Unit) -> str:
+    """The GPU column: "0", "2 MIG 1g.10gb #3", "3 slot 2/4"."""
+    if unit.kind is Kind.MIG:
+        return f"{unit.index} MIG {unit.profile}" + (
+            f" #{unit.position}" if unit.id != unit.gpu else ""
+        )
+    if unit.kind is Kind.SHARED:
+        return f"{unit.index} slot {unit.position}/{unit.slots}"
+    return str(unit.index)
 
 
 def _unit(value: float | None, unit: str) -> str:
@@ -165,10 +218,21 @@ def _since(since: float, now: float) -> str:
 
 
 def _summary(rows: Sequence[PoolRow], holdings: Holdings) -> list[str]:
-    free = [r for r in rows if not r.holders and not r.excluded and not r.sample.health]
-    pool = [r for r in rows if not r.excluded]
-    lines = [f"{len(free)} of {len(pool)} GPU(s) free."]
-    unhealthy = [f"GPU {r.gpu.index} ({r.sample.health})" for r in rows if r.sample.health]
+    pool = [r for r in rows if not r.excluded and not r.empty]
+    free = [r for r in pool if not r.holders and not r.sample.health]
+    kinds = {r.unit.kind for r in pool}
+    if kinds <= {Kind.GPU}:
+        lines = [f"{len(free)} of {len(pool)} GPU(s) free."]
+    else:
+        parts = [
+            f"{sum(r.unit.kind is kind for r in free)} of {sum(r.unit.kind is kind for r in pool)}"
+            f" {KIND_WORDS[kind]}"
+            for kind in Kind
+            if kind in kinds
+        ]
+        lines = [f"{len(free)} of {len(pool)} free: {', '.join(parts)}."]
+    sick = {(r.gpu.index, r.sample.health) for r in rows if r.sample.health}
+    unhealthy = [f"GPU {index} ({health})" for index, health in sorted(sick)]
     if unhealthy:
         lines.append(f"Unhealthy, not handed out: {', '.join(unhealthy)}.")
     cpu_only = sorted(s.name for s in holdings.servers if not s.uuids)

@@ -35,15 +35,58 @@ class GPUSettings(HasTraits):
         0 on a real GPU server. Example: `c.GPUSpawner.simulate_gpus = 8`.
         """,
     )
+    simulated_host = Union(
+        [List(Dict()), Unicode()],
+        default_value=[],
+        config=True,
+        help="""Instead of simulate_gpus: a simulated machine described GPU by GPU, for demos
+        and tests of mixed hosts (models, memory, MIG layouts) on machines without GPUs.
+
+        A list of dicts, each for `count` GPUs (default 1) of a `model` (default an
+        H100) with `memory` (such as "80G"); `mig`, a list of MIG profiles, puts
+        them in MIG mode with those instances (`mig_slices`: the GPU's compute
+        slices, 7 unless said). Or the path of a JSON file holding such a list,
+        read again on every monitor tick, so a MIG layout can change while the hub
+        runs. Which GPUs are shared is `shared_gpus`'s business, as on real GPUs.
+        Example (2 exclusive H100s, an A100 cut in 7, an L40S to share)::
+
+            c.GPUSpawner.simulated_host = [
+                {"model": "NVIDIA H100 80GB HBM3", "memory": "80G", "count": 2},
+                {"model": "NVIDIA A100-SXM4-80GB", "memory": "80G", "mig": ["1g.10gb"] * 7},
+                {"model": "NVIDIA L40S", "memory": "48G"},
+            ]
+            c.GPUSpawner.shared_gpus = {3: 4}
+        """,
+    )
+    shared_gpus = Dict(
+        config=True,
+        help="""GPUs several servers use at once, by index or UUID: GPU → number of slots.
+
+        Each slot goes to one server; the servers on one GPU take turns on it
+        (time-slicing) and share its memory with NO isolation: one server can use
+        up the memory the others need, and see their activity. Where that is not
+        acceptable, use MIG instead. A slot counts as 1/slots of a GPU in limits.
+        A value may also be a dict with `slots` and, for sites that run NVIDIA
+        MPS on the GPU, `mps_memory_limit` (such as "10G"): each server's
+        container then gets CUDA_MPS_PINNED_DEVICE_MEM_LIMIT, which CUDA clients
+        honour. A GPU in MIG mode cannot be shared. Example::
+
+            c.GPUSpawner.shared_gpus = {3: 4, "GPU-8f2c…": {"slots": 2, "mps_memory_limit": "20G"}}
+        """,
+    )
     simulated_load_file = Unicode(
         "",
         config=True,
         help="""With simulate_gpus: a JSON file that makes simulated GPUs look busy, hot or broken.
 
-        An object from GPU UUID or index to any of `utilization_percent`,
-        `memory_used_gib`, `temperature_celsius`, `power_watts`, `processes`
-        (a list of PIDs) and `health` (a reason: the GPU is then unhealthy).
-        Read on every monitor tick. Example: `{"0": {"utilization_percent": 95}}`.
+        An object from a GPU's UUID or index (or a MIG instance's UUID or
+        "index:position") to any of `utilization_percent`, `memory_used_gib`,
+        `temperature_celsius`, `power_watts`, `processes` and `health` (a reason:
+        the GPU is then unhealthy). A process is a PID, or
+        `{"container": NAME, "utilization_percent": P}`: a process of that container
+        (its name or id) using P % of the GPU, which is how a simulated shared GPU
+        says which of its servers is busy. Read on every monitor tick. Example:
+        `{"0": {"utilization_percent": 95}}`.
         """,
     )
     monitor_interval = Float(
@@ -123,8 +166,9 @@ class GPUSettings(HasTraits):
         help="""How to choose GPUs for a server.
 
         "packed" (default) fills partly used GPU pairs and quads first, keeping
-        whole aligned blocks free for multi-GPU servers; "spread" keeps
-        servers apart instead.
+        whole aligned blocks free for multi-GPU servers, and puts MIG instances
+        and shared slots on the GPU already most used; "spread" keeps servers
+        apart instead.
         """,
     )
     profiles = List(
@@ -132,15 +176,21 @@ class GPUSettings(HasTraits):
         config=True,
         help="""The choices on the spawn form, in KubeSpawner's profile_list shape.
 
-        Each entry: `display_name`, `slug`, `description`, `default`, `gpus`
-        (a count), `spawner_override` (settings for that profile, such as
-        `image`, `mem_limit`, `cpu_limit`). Empty: CPU only, 1, 2, 4 and all
-        GPUs. Example::
+        Each entry: `display_name`, `slug`, `description`, `default`,
+        `spawner_override` (settings for that profile, such as `image`,
+        `mem_limit`, `cpu_limit`), and what GPU it gets, one of: `gpus` (a number
+        of whole GPUs), `mig_profile` (one MIG instance, such as "1g.10gb"),
+        `shared` (True: one slot of a shared GPU); narrowed by `gpu_model` (a
+        pattern such as "*A100*") and `min_gpu_memory` (such as "40G"). Empty:
+        CPU only, 1, 2, 4 and all whole GPUs, one MIG instance of each profile the
+        machine has, a shared slot if any GPU is shared. Example::
 
             c.GPUSpawner.profiles = [
                 {"display_name": "CPU only", "slug": "cpu", "gpus": 0},
                 {"display_name": "1 × H100", "slug": "gpu-1", "gpus": 1, "default": True,
-                 "spawner_override": {"mem_limit": "64G"}},
+                 "gpu_model": "*H100*", "spawner_override": {"mem_limit": "64G"}},
+                {"display_name": "A slice", "slug": "slice", "mig_profile": "1g.10gb"},
+                {"display_name": "Shared GPU", "slug": "shared", "shared": True},
             ]
         """,
     )
@@ -149,7 +199,9 @@ class GPUSettings(HasTraits):
         help="""Limits per JupyterHub group: group name → dict of limits.
 
         Keys: `max_gpus_per_server`, `max_gpus_per_user`, `max_gpus_group` (all
-        members together), `profiles` (slugs the group may pick). A key left
+        members together), counted in GPU-equivalents (a whole GPU 1, a MIG
+        instance its share of its GPU's compute slices, a shared GPU's slot
+        1/slots), and `profiles` (slugs the group may pick). A key left
         out takes its value from `default_limits`. A user in several groups
         gets the most generous value of each. Example::
 

@@ -11,12 +11,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from ..core.errors import UnsafeContainerConfig
+from ..core.errors import InventoryConfigError, UnsafeContainerConfig
 from ..core.gpus import GPU
 from ..core.limits import LimitsTable
 from ..core.placement import PLACEMENT_POLICIES
 from ..core.pool import Pool
 from ..core.profiles import Profile, parse_profiles
+from ..core.units import Unit, units_of
 from ..devices.nvml import NvmlSource
 from ..devices.simulated import SimulatedSource
 from ..devices.source import GPUSource, Inventory, discover
@@ -27,8 +28,10 @@ class GPUConfig(Protocol):
     """The GPUSpawner traits the site is built from."""
 
     simulate_gpus: int
+    simulated_host: list[Any] | str
     simulated_load_file: str
     exclude_gpus: list[Any]
+    shared_gpus: dict[Any, Any]
     placement: str
     profiles: list[Any]
     group_limits: dict[str, Any]
@@ -48,9 +51,11 @@ class GPUSite:
     def from_config(cls, config: GPUConfig, source: GPUSource | None = None) -> GPUSite:
         """Check the whole GPU config against this machine; GPUConfigError says what is wrong."""
         if source is None:
-            source = gpu_source(config.simulate_gpus, config.simulated_load_file)
-        inventory = discover(source, config.exclude_gpus)
-        profiles = parse_profiles(config.profiles, len(inventory.gpus))
+            source = gpu_source(
+                config.simulate_gpus, config.simulated_load_file, config.simulated_host
+            )
+        inventory = discover(source, config.exclude_gpus, config.shared_gpus)
+        profiles = parse_profiles(config.profiles, inventory.units)
         limits = LimitsTable.parse(
             config.group_limits,
             config.default_limits,
@@ -69,17 +74,41 @@ class GPUSite:
     def excluded(self) -> list[GPU]:
         return self.inventory.excluded
 
+    @property
+    def units(self) -> list[Unit]:
+        return self.inventory.units
+
     def new_pool(self, clock: Callable[[], float] = time.time) -> Pool:
-        """An empty pool of this site's GPUs, placed by their wiring."""
+        """An empty pool of this site's units, whole GPUs placed by their wiring."""
         machine = [*self.inventory.gpus, *self.inventory.excluded]
         topology = self.source.topology(machine)
-        return Pool([g.uuid for g in self.gpus], self.placement, clock, topology)
+        return Pool(self.units, self.placement, clock, topology)
+
+    def layout_now(self) -> dict[str, tuple[Unit, ...]]:
+        """What each of the pool's GPUs gives now, by GPU UUID, as the driver reports it
+        (a MIG layout may have changed); GPUs the driver does not list now are left out.
+        Blocking: for the broker's worker thread."""
+        ours = {g.uuid for g in self.gpus}
+        return {
+            gpu.uuid: units_of(gpu, self.inventory.shared.get(gpu.uuid))
+            for gpu in self.source.list_gpus()
+            if gpu.uuid in ours
+        }
 
 
-def gpu_source(simulate_gpus: int, simulated_load_file: str = "") -> GPUSource:
+def gpu_source(
+    simulate_gpus: int, simulated_load_file: str = "", simulated_host: list[Any] | str | None = None
+) -> GPUSource:
     """Simulated GPUs where the config asks for them, else the driver's, through NVML."""
-    if simulate_gpus:
-        return SimulatedSource(simulate_gpus, load_file=simulated_load_file)
+    if simulate_gpus and simulated_host:
+        raise InventoryConfigError(
+            "c.GPUSpawner.simulate_gpus and c.GPUSpawner.simulated_host both describe the "
+            "simulated GPUs: set only one"
+        )
+    if simulate_gpus or simulated_host:
+        return SimulatedSource(
+            simulate_gpus, load_file=simulated_load_file, host=simulated_host or ()
+        )
     return NvmlSource()
 
 

@@ -26,7 +26,8 @@ from typing import ClassVar
 from ..config.site import GPUSite
 from ..core.culling import IdleClock
 from ..core.gpus import Telemetry
-from ..core.pool import AlreadyHolding, Grant, Holder
+from ..core.pool import Admission, AlreadyHolding, Grant, Holder
+from ..core.units import Kind, Request, Unit
 from ..engine.base import Engine, Seen
 
 
@@ -77,7 +78,7 @@ class Broker:
         self.telemetry: dict[str, Telemetry] = {}  # the monitor's latest sample
         self.idle = IdleClock()  # since when each grant's GPUs have all been idle
         self.executor = ThreadPoolExecutor(1, thread_name_prefix="gpuspawner-broker")
-        self._machine = [g.uuid for g in (*site.inventory.gpus, *site.inventory.excluded)]
+        self._machine = site.inventory.machine()  # every GPU and MIG UUID a container may reach
         self._by_index = site.inventory.uuid_by_index()
         self._containers: dict[int, set[str]] = {}  # grant key → container ids known to hold it
         self._removing: dict[int, asyncio.Task[None]] = {}
@@ -136,9 +137,10 @@ class Broker:
             labels = container.server
             assert labels is not None
             holder = Holder(ids[0], ids[1], labels.user, labels.server)
-            uuids = container.reach.uuids(self._by_index, self._machine)
             try:
-                grant = self.pool.adopt(holder, sorted(uuids), labels.since, labels.quota_group)
+                grant = self.pool.adopt(
+                    holder, self._held_by(container), labels.since, labels.quota_group
+                )
             except AlreadyHolding as conflict:
                 self.log.error(
                     "gpuspawner: container %s not adopted: %s; those GPUs stay out of the "
@@ -151,10 +153,25 @@ class Broker:
             self.log.info(
                 "gpuspawner: %s keeps GPU(s) %s (running container %s)",
                 holder.name,
-                ", ".join(grant.uuids) or "none",
+                ", ".join(grant.ids) or "none",
                 container.name,
             )
         self.note_containers(containers, {})
+
+    def _held_by(self, container: Seen) -> list[str]:
+        """The units a running server of ours holds: those its labels name that its device
+        request reaches. Containers labelled before units were (gpuspawner 0.1) name none:
+        theirs are the whole GPUs and MIG instances they reach. A shared GPU's slot is
+        never guessed: a container reaching a shared GPU without naming its slot holds
+        none, and the GPU stays out of the pool while it runs."""
+        assert container.server is not None
+        reached = container.reach.uuids(self._by_index, self._machine)
+        units = {u.id: u for u in self.pool.units}
+        if container.server.units:
+            return [i for i in container.server.units if i in units and units[i].device in reached]
+        return sorted(
+            i for i, u in units.items() if u.device in reached and u.kind is not Kind.SHARED
+        )
 
     def is_ours(self, container: Seen) -> bool:
         """One of this hub's servers (another hub may share the engine)."""
@@ -167,8 +184,10 @@ class Broker:
 
     # --- what runs, each monitor tick -----------------------------------------
     def note_containers(self, containers: list[Seen], foreign_processes: dict[str, str]) -> None:
-        """Keep GPUs that running containers reach out of the pool, unless the pool gave them
-        to that container's server; and free GPUs with `foreign_processes` (uuid → who)."""
+        """Keep GPUs and MIG instances that running containers reach out of the pool, unless
+        the pool gave them to that container's server; and free ones with
+        `foreign_processes` (id → who). Reaching a GPU reaches everything on it: its MIG
+        instances, and every slot of a shared GPU for a container that holds none."""
         external = dict(foreign_processes)
         for container in containers:
             if not container.running or self._ignored(container):
@@ -176,19 +195,21 @@ class Broker:
             grant = None
             if container.server and container.server.spawner_id and self.is_ours(container):
                 grant = self.pool.grant_of(container.server.spawner_id)
-            for uuid in container.reach.uuids(self._by_index, self._machine):
-                if grant is None or uuid not in grant.uuids:
-                    external[uuid] = f"container {container.name}"
-        before = {u: self.pool.external_user(u) for u in self.pool.uuids}
+            for device in container.reach.uuids(self._by_index, self._machine):
+                if grant is None or device not in grant.uuids:
+                    external[device] = f"container {container.name}"
+        before = self.pool.externals()
         self.pool.set_external(external)
-        for uuid in self.pool.uuids:
-            now = self.pool.external_user(uuid)
-            if now == before[uuid]:
+        now = self.pool.externals()
+        for device in sorted({*before, *now}):
+            if now.get(device) == before.get(device):
                 continue
-            if now:
-                self.log.warning("gpuspawner: %s is used outside JupyterHub (%s)", uuid, now)
+            if now.get(device):
+                self.log.warning(
+                    "gpuspawner: %s is used outside JupyterHub (%s)", device, now[device]
+                )
             else:
-                self.log.info("gpuspawner: %s is no longer used outside JupyterHub", uuid)
+                self.log.info("gpuspawner: %s is no longer used outside JupyterHub", device)
         for grant in self.pool.grants():
             if grant.stopping and grant.key not in self._removing:
                 self._start_removal(grant.key)
@@ -198,9 +219,26 @@ class Broker:
         return any(fnmatch.fnmatch(n, p) for n in names for p in self.ignore_containers)
 
     # --- spawners ---------------------------------------------------------------
-    def reserve(self, holder: Holder, count: int, admit: Callable[..., str | None]) -> Grant:
+    def reserve(self, holder: Holder, request: Request | int, admit: Admission) -> Grant:
         """GPUs for a starting server (NotEnoughGPUs, or what `admit` raises, refuses)."""
-        return self.pool.allocate(holder, count, admit)
+        return self.pool.allocate(holder, request, admit)
+
+    # --- the machine, each monitor tick -----------------------------------------
+    def follow_layout(self, layout: Mapping[str, tuple[Unit, ...]]) -> None:
+        """What each GPU gives now (`GPUSite.layout_now`): a MIG layout an admin changed is
+        followed, GPU by GPU, without touching the servers on other GPUs."""
+        for gpu, units in layout.items():
+            if self.pool.follow_layout(gpu, units):
+                index = next((u.index for u in units), None)
+                profiles = [u.profile for u in units if u.kind is Kind.MIG]
+                now = ", ".join(f"{profiles.count(p)} × {p}" for p in dict.fromkeys(profiles))
+                self.log.warning(
+                    "gpuspawner: GPU %s (%s) changed: it now gives %s; instances no longer "
+                    "there stay with their servers until they stop",
+                    "" if index is None else index,
+                    gpu,
+                    now or ("itself, whole" if units else "nothing (MIG mode, no instance)"),
+                )
 
     def grant_of(self, key: int) -> Grant | None:
         return self.pool.grant_of(key)

@@ -12,13 +12,14 @@ from dataclasses import dataclass
 
 import jinja2
 
-from ..core.gpus import GPU, gpus_in_words
 from ..core.limits import LimitExceeded, UserLimits
-from ..core.pool import Grant, Usage
+from ..core.pool import Pool
 from ..core.profiles import Profile, default_profile
-from ..core.words import count_gpus, your_server
+from ..core.units import Kind, Request, Unit
+from ..core.words import amount, count_gpus, gib, your_server
 
 TEMPLATE = "gpuspawner_form.html"
+NO_ISOLATION = "shares the GPU and its memory with the other servers on it: no memory isolation"
 
 
 @dataclass(frozen=True)
@@ -31,44 +32,95 @@ class ProfileRow:
     checked: bool = False
 
 
-def hardware(gpus: int, inventory: Sequence[GPU]) -> str:
-    if gpus == 0:
+@dataclass(frozen=True)
+class Availability:
+    """One kind of unit on the form: "2 of 2 GPUs free · NVIDIA H100 80GB HBM3 · 80 GiB"."""
+
+    kind: str
+    free: int
+    total: int
+    what: str
+
+
+def hardware(request: Request, units: Sequence[Unit]) -> str:
+    """What a profile gets, in words: the models (and kinds) that could serve it."""
+    if request.kind is None:
         return "no GPU"
-    return gpus_in_words(inventory[:1]).replace("1 ×", f"{gpus} ×", 1) + " each"
+    labels = " or ".join(dict.fromkeys(u.label for u in units if request.matches(u)))
+    if request.kind is Kind.GPU:
+        return f"{request.gpus} × {labels} each"
+    if request.kind is Kind.SHARED:
+        return f"{labels}: {NO_ISOLATION}"
+    return labels
 
 
-def why_not_now(profile: Profile, limits: UserLimits, user_id: int, usage: Usage, free: int) -> str:
+def availability(pool: Pool) -> list[Availability]:
+    """Free and total units of each kind and model, in the pool's order."""
+    states = pool.states()
+    groups: dict[tuple[object, ...], list[Unit]] = {}
+    for unit in pool.units:
+        key = (unit.kind, unit.model, unit.profile, unit.memory_bytes, unit.slots)
+        groups.setdefault(key, []).append(unit)
+    return [
+        Availability(
+            units[0].kind.value,
+            sum(states[u.id] == "free" for u in units),
+            len(units),
+            _what(units[0]),
+        )
+        for units in groups.values()
+    ]
+
+
+def _what(unit: Unit) -> str:
+    if unit.kind is Kind.MIG:
+        return (
+            f"MIG {unit.profile} instances free · {gib(unit.memory_bytes)} GiB each, "
+            f"{amount(unit.weight)} of {unit.model}"
+        )
+    if unit.kind is Kind.SHARED:
+        return (
+            f"shared GPU slots free · {unit.model}, used by up to {unit.slots} servers at once "
+            "(no memory isolation)"
+        )
+    return f"GPUs free · {unit.label}"
+
+
+def why_not_now(profile: Profile, limits: UserLimits, user_id: int, pool: Pool) -> str:
     """Why `profile` cannot start now, or "" when it can."""
+    request = profile.request
     try:
-        limits.admit(profile.gpus, user_id, usage)
+        limits.admit(pool.weight_of(request), user_id, pool.usage())
     except LimitExceeded as exceeded:
         return str(exceeded)
-    if profile.gpus > free:
-        return f"Needs {profile.gpus} free GPU(s); {free} free right now."
-    return ""
+    free = pool.free_count(request)
+    if request.count <= free:
+        return ""
+    if request.plain:
+        return f"Needs {request.gpus} free GPU(s); {free} free right now."
+    return f"Needs {request.what}; {free} of {pool.count(request)} free right now."
 
 
 def profile_rows(
     profiles: Sequence[Profile],
     limits: UserLimits,
     user_id: int,
-    usage: Usage,
-    free: int,
-    inventory: Sequence[GPU],
+    pool: Pool,
     previous: str | None,
 ) -> list[ProfileRow]:
     """The profiles this user may pick, each startable or with its reason."""
     visible = [p for p in profiles if limits.may_pick(p.slug)]
-    reasons = {p.slug: why_not_now(p, limits, user_id, usage, free) for p in visible}
+    reasons = {p.slug: why_not_now(p, limits, user_id, pool) for p in visible}
     startable = [p.slug for p in visible if not reasons[p.slug]]
     preferred = [previous, default_profile(profiles).slug, *startable]
     checked = next((s for s in preferred if s in startable), None)
+    units = pool.units
     return [
         ProfileRow(
             p.slug,
             p.display_name,
             p.description,
-            hardware(p.gpus, inventory),
+            hardware(p.request, units),
             reasons[p.slug],
             p.slug == checked,
         )
@@ -76,21 +128,27 @@ def profile_rows(
     ]
 
 
-def holdings(limits: UserLimits, user_id: int, usage: Usage, grants: Sequence[Grant]) -> str:
+def holdings(limits: UserLimits, user_id: int, pool: Pool) -> str:
     """For example "You hold 1 of your 2 GPUs: GPU-… (your server 'train')."."""
-    held = usage.by_user[user_id]
+    held = pool.usage().by_user[user_id]
     allowance = limits.max_gpus_per_user.value
     if not held and allowance is None:
         return ""
-    amount = count_gpus(held)
+    words = count_gpus(held)
     if allowance is not None:
-        amount = f"{held} of your {count_gpus(allowance)}"
+        words = f"{amount(held)} of your {count_gpus(allowance)}"
     servers = [
-        f"{', '.join(g.uuids)} ({your_server(g.holder.server)})"
-        for g in grants
+        f"{', '.join(map(_held, g.units))} ({your_server(g.holder.server)})"
+        for g in pool.grants()
         if g.holder.user_id == user_id and not g.stopping
     ]
-    return f"You hold {amount}" + (": " + "; ".join(servers) + "." if servers else ".")
+    return f"You hold {words}" + (": " + "; ".join(servers) + "." if servers else ".")
+
+
+def _held(unit: Unit) -> str:
+    if unit.kind is Kind.SHARED:
+        return f"{unit.device} (slot {unit.position} of {unit.slots})"
+    return unit.device
 
 
 def render(template_paths: Sequence[str], **context: object) -> str:

@@ -2,19 +2,25 @@
 
 Gauges are read from the pool and the monitor's latest sample at scrape
 time (a collector), so they are never stale or half-updated. Labels are
-bounded: per GPU (uuid, index, model), per quota group, per refusal reason;
-never per user.
+bounded: per GPU (uuid, index, model), per MIG instance or shared slot, per
+quota group, per refusal reason; never per user.
+
+GPUs are counted in GPU-equivalents, as limits count them: a MIG instance is
+its share of its GPU, a shared GPU's slot 1/slots. On a pool of whole GPUs
+that is simply the number of GPUs; `gpuspawner_units` counts units as such.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from fractions import Fraction
 
 from prometheus_client import REGISTRY, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from ..core.pool import DeviceState
+from ..core.units import Kind
 from .broker import Broker, BrokerNotRunning
 
 SPAWNS_REFUSED = Counter(
@@ -46,57 +52,82 @@ class PoolCollector(Collector):
             return
         pool = broker.pool
         states = pool.states()
+        units = pool.units
         by_state = GaugeMetricFamily(
             "gpuspawner_gpus",
-            "GPUs in the pool by state (stopping: the server ended, Docker has not yet "
-            "confirmed its container gone).",
+            "GPUs in the pool by state, in GPU-equivalents (a MIG instance: its share of its "
+            "GPU; a shared GPU's slot: 1/slots). Stopping: the server ended, Docker has not "
+            "yet confirmed its container gone.",
             labels=["state"],
         )
+        by_kind = GaugeMetricFamily(
+            "gpuspawner_units",
+            "What the pool hands out, by kind (gpu: a whole GPU, mig: a MIG instance, "
+            "shared: a slot of a shared GPU) and state.",
+            labels=["kind", "state"],
+        )
         for state in DeviceState:
-            by_state.add_metric([state.value], sum(s is state for s in states.values()))
+            now_in = [u for u in units if states[u.id] is state]
+            by_state.add_metric([state.value], float(sum(u.weight for u in now_in)))
+            for kind in Kind:
+                by_kind.add_metric([kind.value, state.value], sum(u.kind is kind for u in now_in))
         by_state.add_metric(["excluded"], len(broker.site.excluded))
         yield by_state
+        yield by_kind
 
         held = GaugeMetricFamily(
-            "gpuspawner_gpus_held", "GPUs held, by the quota group charged.", labels=["group"]
+            "gpuspawner_gpus_held",
+            "GPUs held, in GPU-equivalents, by the quota group charged.",
+            labels=["group"],
         )
-        groups: dict[str, int] = {}
+        groups: dict[str, Fraction] = {}
         for grant in pool.grants():
             group = grant.quota_group or NO_GROUP
-            groups[group] = groups.get(group, 0) + len(grant.uuids)
-        for group, count in sorted(groups.items()):
-            held.add_metric([group], count)
+            groups[group] = groups.get(group, Fraction(0)) + grant.weight
+        for group, amount in sorted(groups.items()):
+            held.add_metric([group], float(amount))
         yield held
 
-        yield from self._per_gpu(broker, states)
+        yield from self._per_gpu(broker)
+        yield from self._per_unit(broker)
 
-    def _per_gpu(self, broker: Broker, states: dict[str, DeviceState]) -> Iterator[Metric]:
+    def _per_gpu(self, broker: Broker) -> Iterator[Metric]:
         families = {
             name: GaugeMetricFamily(f"gpuspawner_gpu_{name}", text, labels=GPU_LABELS)
             for name, text in [
-                ("allocated", "1 if a server holds this GPU (running or stopping), else 0."),
+                (
+                    "allocated",
+                    "The share of this GPU servers hold (running or stopping): 1 or 0 for a "
+                    "whole GPU; for a MIG or shared GPU, the GPU-equivalents held on it.",
+                ),
                 ("healthy", "1 if NVML reports this GPU healthy, else 0."),
                 ("utilization_ratio", "GPU utilisation, 0 to 1, at the last sample."),
                 ("memory_used_bytes", "GPU memory in use at the last sample."),
                 ("memory_total_bytes", "GPU memory in all."),
                 ("temperature_celsius", "GPU temperature at the last sample."),
                 ("power_watts", "GPU power draw at the last sample, where the board reports it."),
-                ("idle_seconds", "How long the server holding this GPU has had all its GPUs idle."),
+                (
+                    "idle_seconds",
+                    "How long every server holding (part of) this GPU has had its GPUs idle.",
+                ),
             ]
         }
-        idle_since = {
-            u: broker.idle.idle_since.get(g.key) for g in broker.pool.grants() for u in g.uuids
-        }
+        pool = broker.pool
         now = broker.clock()
         for gpu in broker.site.gpus:
             labels = [gpu.uuid, str(gpu.index), gpu.model]
             sample = broker.telemetry.get(gpu.uuid)
-            idle = idle_since.get(gpu.uuid)
+            grants = pool.holders_on(gpu.uuid)
+            share = sum(
+                (u.weight for g in grants for u in g.units if u.gpu == gpu.uuid), Fraction(0)
+            )
+            idle = [broker.idle.idle_since.get(g.key) for g in grants]
+            since = [t for t in idle if t is not None]
             values = {
-                "allocated": float(gpu.uuid in idle_since),
-                "healthy": float(states[gpu.uuid] is not DeviceState.UNHEALTHY),
+                "allocated": float(share),
+                "healthy": float(not pool.marked_unhealthy(gpu.uuid)),
                 "memory_total_bytes": float(gpu.memory_total_bytes),
-                "idle_seconds": now - idle if idle is not None else 0.0,
+                "idle_seconds": now - max(since) if since and len(since) == len(idle) else 0.0,
             }
             if sample is not None:
                 readings = {
@@ -113,6 +144,29 @@ class PoolCollector(Collector):
             for name, value in values.items():
                 families[name].add_metric(labels, value)
         yield from families.values()
+
+    def _per_unit(self, broker: Broker) -> Iterator[Metric]:
+        """MIG instances and shared slots, each: held or not; a MIG instance's memory."""
+        allocated = GaugeMetricFamily(
+            "gpuspawner_unit_allocated",
+            "1 if a server holds this MIG instance or shared GPU's slot, else 0.",
+            labels=["unit", "kind", "index", "model", "mig_profile"],
+        )
+        memory = GaugeMetricFamily(
+            "gpuspawner_mig_memory_used_bytes",
+            "A MIG instance's memory in use at the last sample.",
+            labels=["uuid", "index", "model", "mig_profile"],
+        )
+        for unit in broker.pool.units:
+            if unit.kind is Kind.GPU:
+                continue
+            labels = [unit.id, unit.kind.value, str(unit.index), unit.model, unit.profile]
+            allocated.add_metric(labels, float(broker.pool.holder_of(unit.id) is not None))
+            sample = broker.telemetry.get(unit.device)
+            if unit.kind is Kind.MIG and sample and sample.memory_used_bytes is not None:
+                memory.add_metric(labels[:1] + labels[2:], float(sample.memory_used_bytes))
+        yield allocated
+        yield memory
 
 
 _registered = False

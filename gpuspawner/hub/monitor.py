@@ -1,23 +1,26 @@
 """The broker's eyes on the machine: every few seconds, Docker and NVML, read off the event loop.
 
-Each tick reads the containers and one telemetry sample per GPU in the
-broker's worker thread, then, back on the hub's loop, keeps out of the pool
-the GPUs that are unhealthy or used outside JupyterHub, retries removals
-Docker has not confirmed, and hands the observation to listeners (activity
-and culling). A failing read is logged and the tick skipped; it never stops
-the hub or a server.
+Each tick reads, in the broker's worker thread, the containers, one telemetry
+sample per GPU and MIG instance, the GPUs' layout (an admin may have changed
+a MIG layout) and which container each GPU process belongs to; then, back on
+the hub's loop, follows the layout, keeps out of the pool what is unhealthy or
+used outside JupyterHub, retries removals Docker has not confirmed, and hands
+the observation to listeners (activity and culling). A failing read is logged
+and the tick skipped; it never stops the hub or a server.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 
 from tornado.ioloop import PeriodicCallback
 
 from ..core.gpus import Telemetry
+from ..core.units import Kind, Unit
+from ..engine import processes
 from ..engine.base import Seen
 from .broker import Broker
 
@@ -27,9 +30,12 @@ class Observation:
     telemetry: dict[str, Telemetry]
     containers: list[Seen] | None  # None: Docker did not answer this time
     docker_error: str | None = None
+    owners: dict[int, str] = field(default_factory=dict)  # GPU process → its container
+    layout: dict[str, tuple[Unit, ...]] | None = None  # None: not read this time
 
 
 Listener = Callable[[Observation], Awaitable[None] | None]
+Owners = Callable[[Iterable[int]], dict[int, str]]
 
 
 @dataclass
@@ -39,6 +45,7 @@ class Monitor:
     interval_seconds: float = 10.0
     avoid_foreign_processes: bool = False
     listeners: list[Listener] = field(default_factory=list)
+    owners: Owners = processes.owners  # which container runs a PID (the host's /proc)
 
     def __post_init__(self) -> None:
         self._callback: PeriodicCallback | None = None
@@ -67,18 +74,26 @@ class Monitor:
     def observe(self) -> Observation:
         """Blocking reads, for a worker thread."""
         broker = self.broker
+        layout = None
         try:
-            telemetry = broker.site.source.sample(broker.pool.uuids)
+            layout = broker.site.layout_now()
+        except Exception as error:
+            self.log.warning("gpuspawner: could not read the GPUs' layout: %s", error)
+        try:
+            telemetry = broker.site.source.sample(broker.pool.watched())
         except Exception as error:
             self.log.warning("gpuspawner: could not read GPU telemetry: %s", error)
             telemetry = {}
+        owners = self.owners(pid for sample in telemetry.values() for pid in sample.processes)
         try:
             containers = broker.engine.containers()
         except Exception as error:
-            return Observation(telemetry, None, str(error))
-        return Observation(telemetry, containers)
+            return Observation(telemetry, None, str(error), owners, layout)
+        return Observation(telemetry, containers, None, owners, layout)
 
     def apply(self, observation: Observation) -> None:
+        if observation.layout is not None:
+            self.broker.follow_layout(observation.layout)
         self.broker.telemetry = observation.telemetry
         self._follow_health(observation.telemetry)
         if observation.containers is None:
@@ -93,32 +108,39 @@ class Monitor:
         )
 
     def _follow_health(self, telemetry: dict[str, Telemetry]) -> None:
+        """Mark GPUs and MIG instances unhealthy and healthy again as NVML says. A MIG
+        instance reports its GPU's health too; only its own (it vanished) is its own mark."""
         pool = self.broker.pool
-        for uuid, sample in telemetry.items():
-            was = pool.unhealthy_reason(uuid)
-            if sample.health == was:
+        for device, sample in telemetry.items():
+            health = sample.health
+            unit = pool.unit(device)
+            if unit is not None and unit.kind is Kind.MIG:
+                gpu = telemetry.get(unit.gpu)
+                health = None if gpu is not None and gpu.health == health else health
+            was = pool.marked_unhealthy(device)
+            if health == was:
                 continue
-            if sample.health:
-                pool.mark_unhealthy(uuid, sample.health)
-                grant = pool.holder_of(uuid)
-                held = f"; {grant.holder.name} holds it and keeps running" if grant else ""
+            if health:
+                pool.mark_unhealthy(device, health)
+                holders = ", ".join(g.holder.name for g in pool.holders_on(device))
+                held = f"; {holders} hold it and keep running" if holders else ""
                 self.log.warning(
                     "gpuspawner: %s is unhealthy (%s): no new server gets it%s",
-                    uuid,
-                    sample.health,
+                    device,
+                    health,
                     held,
                 )
             else:
-                pool.mark_healthy(uuid)
-                self.log.info("gpuspawner: %s is healthy again (was: %s)", uuid, was)
+                pool.mark_healthy(device)
+                self.log.info("gpuspawner: %s is healthy again (was: %s)", device, was)
 
     def _foreign_processes(self, telemetry: dict[str, Telemetry]) -> dict[str, str]:
-        """Free GPUs with compute processes: no server of ours runs them."""
+        """Free GPUs and MIG instances with compute processes: no server of ours runs them."""
         if not self.avoid_foreign_processes:
             return {}
         pool = self.broker.pool
         return {
-            uuid: f"processes {', '.join(map(str, sample.processes))} outside JupyterHub"
-            for uuid, sample in telemetry.items()
-            if sample.processes and pool.holder_of(uuid) is None
+            device: f"processes {', '.join(map(str, sample.processes))} outside JupyterHub"
+            for device, sample in telemetry.items()
+            if sample.processes and not pool.holders_on(device)
         }

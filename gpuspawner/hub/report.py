@@ -1,6 +1,11 @@
-"""The pool as admins and scripts see it: one row per GPU, with its holder.
+"""The pool as admins and scripts see it: one row per unit (a whole GPU, a MIG instance,
+a shared GPU's slot), with its holder.
 
-Plain data for the admin page and its JSON twin.
+Plain data for the admin page and its JSON twin. A row's `uuid` is what Docker
+gives its holder (a GPU's or MIG instance's UUID); `unit` is the books' key,
+which tells a shared GPU's slots apart; `gpu_uuid` and `index` name the GPU it
+is on; `telemetry` is that device's last sample (a MIG instance's own memory
+and processes; its GPU's temperature and power are on the GPU's rows' `gpu`).
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ..core.pool import DeviceState, Grant
+from ..core.units import Kind
 from .broker import Broker
 
 
@@ -32,11 +38,10 @@ def pool_report(
 ) -> dict[str, Any]:
     pool, telemetry = broker.pool, broker.telemetry
     states = pool.states()
-    holders = {uuid: grant for grant in pool.grants() for uuid in grant.uuids}
     rows = []
-    for gpu in broker.site.gpus:
-        grant = holders.get(gpu.uuid)
-        sample = telemetry.get(gpu.uuid)
+    for unit in pool.units:
+        grant = pool.holder_of(unit.id)
+        sample = telemetry.get(unit.device)
         holder = None
         if grant is not None:
             now = holder_now(grant)
@@ -50,24 +55,38 @@ def pool_report(
             }
         rows.append(
             {
-                "uuid": gpu.uuid,
-                "index": gpu.index,
-                "model": gpu.model,
-                "memory_total_bytes": gpu.memory_total_bytes,
-                "state": states[gpu.uuid].value,
-                "health": pool.unhealthy_reason(gpu.uuid),
+                "uuid": unit.device,
+                "unit": unit.id,
+                "name": unit.name,
+                "kind": unit.kind.value,
+                "index": unit.index,
+                "gpu_uuid": unit.gpu,
+                "model": unit.model,
+                "mig_profile": unit.profile or None,
+                "slot": unit.position if unit.kind is Kind.SHARED else None,
+                "slots": unit.slots or None,
+                "gpu_equivalents": str(unit.weight),
+                "memory_total_bytes": unit.memory_bytes,
+                "state": states[unit.id].value,
+                "health": pool.unhealthy_reason(unit.id),
                 "holder": holder,
-                "used_outside_hub_by": pool.external_user(gpu.uuid),
+                "used_outside_hub_by": pool.external_user(unit.id),
                 "telemetry": asdict(sample) if sample else None,
             }
         )
     counts = {state.value: 0 for state in DeviceState}
     for state in states.values():
         counts[state.value] += 1
+    by_kind: dict[str, dict[str, int]] = {}
+    for unit in pool.units:
+        kind = by_kind.setdefault(unit.kind.value, {"total": 0, "free": 0})
+        kind["total"] += 1
+        kind["free"] += states[unit.id] is DeviceState.FREE
     return {
-        "total": len(broker.site.gpus),
+        "total": len(states),
         "free": pool.free_count(),
         "by_state": {**counts, "excluded": len(broker.site.excluded)},
+        "by_kind": by_kind,
         "gpus": rows,
         "excluded": [
             {"uuid": g.uuid, "index": g.index, "model": g.model} for g in broker.site.excluded

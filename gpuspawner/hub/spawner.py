@@ -25,11 +25,11 @@ from traitlets import Bool, TraitError, default, validate
 from ..config.settings import GPUSettings
 from ..core.culling import notice
 from ..core.errors import UnsafeContainerConfig
-from ..core.gpus import gpus_in_words
 from ..core.limits import Limited, LimitExceeded, UserLimits
 from ..core.placement import NotEnoughGPUs
 from ..core.pool import Grant, Holder
 from ..core.profiles import ANY_IMAGE, InvalidUserOptions, Profile, choose_profile
+from ..core.units import units_in_words
 from ..core.words import duration, from_group, your_server
 from ..engine.docker import isolate
 from . import form, startup
@@ -119,26 +119,19 @@ class GPUSpawner(GPUSettings, DockerSpawner):
 
     # --- the form -------------------------------------------------------------
     def _render_form(self) -> str:
-        broker = self.broker
-        usage = broker.pool.usage()
-        free = broker.pool.free_count()
-        gpus = broker.site.gpus
+        pool = self.broker.pool
+        units = pool.units
         limits = self._user_limits()
         return form.render(
             self.form_template_paths,
-            free=free,
-            total=len(gpus),
-            model=gpus[0].label if gpus else "",
+            free=pool.free_count(),
+            total=len(units),
+            model=units[0].label if units else "",
+            availability=form.availability(pool),
             rows=form.profile_rows(
-                broker.site.profiles,
-                limits,
-                self.user.id,
-                usage,
-                free,
-                gpus,
-                self._preselected(),
+                self.broker.site.profiles, limits, self.user.id, pool, self._preselected()
             ),
-            holdings=form.holdings(limits, self.user.id, usage, broker.pool.grants()),
+            holdings=form.holdings(limits, self.user.id, pool),
             images=self._images_offered(),
             notices=[
                 spawner.state["stop_notice"]
@@ -181,14 +174,14 @@ class GPUSpawner(GPUSettings, DockerSpawner):
             with ALLOCATION_SECONDS.time():
                 return self.broker.reserve(
                     self.holder,
-                    profile.gpus,
-                    admit=lambda usage: limits.admit(profile.gpus, user_id, usage),
+                    profile.request,
+                    admit=lambda usage, weight: limits.admit(weight, user_id, usage),
                 )
         except LimitExceeded as exceeded:
             raise _refused(str(exceeded), "limit", 403) from None
         except NotEnoughGPUs as short:
             raise _refused(
-                f"Not enough free GPUs: profile {profile.display_name!r} needs {short.requested}, "
+                f"Not enough free GPUs: profile {profile.display_name!r} needs {short.needs}, "
                 f"{short.free} of {short.total} are free right now. Try again when another "
                 "server stops, or pick a profile with fewer GPUs.",
                 "capacity",
@@ -209,7 +202,8 @@ class GPUSpawner(GPUSettings, DockerSpawner):
         grant = self._reserve(profile)
         self.stop_notice = None
         limits = self._user_limits()
-        self.idle_limit = limits.duration("idle_timeout" if profile.gpus else "cpu_idle_timeout")
+        gpu_server = profile.request.kind is not None
+        self.idle_limit = limits.duration("idle_timeout" if gpu_server else "cpu_idle_timeout")
         self._reserved.set()
         self.log.info(
             "gpuspawner: %s gets %s (%s)",
@@ -248,10 +242,9 @@ class GPUSpawner(GPUSettings, DockerSpawner):
         if grant is None:
             yield {"progress": 30, "message": "CPU only: no GPU reserved"}
             return
-        gpus = [g for g in self.broker.site.gpus if g.uuid in grant.uuids]
         yield {
             "progress": 30,
-            "message": f"Reserved {gpus_in_words(gpus)}: {', '.join(grant.uuids)}",
+            "message": f"Reserved {units_in_words(grant.units)}: {', '.join(grant.ids)}",
         }
 
     # --- end ----------------------------------------------------------------------

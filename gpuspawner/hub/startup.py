@@ -26,11 +26,13 @@ from traitlets import TraitError
 from ..config.site import GPUSite, check_container_settings
 from ..core.culling import Busyness
 from ..core.errors import GPUConfigError
-from ..core.gpus import gpus_in_words
+from ..core.units import tally
+from ..devices.simulated import SimulatedSource
+from ..engine import processes
 from ..engine.docker import DockerEngine
 from . import metrics, pages
 from .broker import Broker, KnownServers
-from .monitor import Monitor
+from .monitor import Monitor, Owners
 from .reclaimer import Reclaimer
 
 SUPPORTED_MAJOR_VERSIONS = (6,)
@@ -108,7 +110,11 @@ async def start_broker(app: Any, spawner_class: Any = None) -> Broker:
     )
     broker.install()
     monitor = Monitor(
-        broker, app.log, spawner.monitor_interval, spawner.avoid_gpus_with_foreign_processes
+        broker,
+        app.log,
+        spawner.monitor_interval,
+        spawner.avoid_gpus_with_foreign_processes,
+        owners=_process_owners(site),
     )
     busyness = Busyness(spawner.gpu_busy_threshold, spawner.gpu_processes_count_as_busy)
     monitor.listeners.append(Reclaimer(app, broker, busyness, app.log))
@@ -118,10 +124,18 @@ async def start_broker(app: Any, spawner_class: Any = None) -> Broker:
     app.log.info(
         "gpuspawner: %d GPU(s) in the pool (%s), %d free",
         len(site.gpus),
-        gpus_in_words(site.gpus),
+        tally(site.units),
         broker.pool.free_count(),
     )
     return broker
+
+
+def _process_owners(site: GPUSite) -> Owners:
+    """Which container runs a GPU process: the host's /proc, or, for simulated GPUs, the
+    simulated load file's word."""
+    if isinstance(site.source, SimulatedSource):
+        return site.source.process_owners
+    return processes.owners
 
 
 async def _blocking(broker: Broker, call: Any) -> Any:

@@ -11,6 +11,7 @@ from realhub import CPU_IMAGE, Hub
 from gpuspawner.admin import status
 from gpuspawner.core.gpus import Telemetry
 from gpuspawner.core.pool import Grant, Holder
+from gpuspawner.core.units import bare
 from gpuspawner.devices.simulated import SimulatedSource
 from gpuspawner.engine import docker as engine
 
@@ -34,7 +35,7 @@ def inspected(name, labels=None, devices=()):
 
 
 def ours(name, user, server, devices, since=NOW - 7500):
-    grant = Grant(Holder(1, 1, user, server), tuple(devices), since)
+    grant = Grant(Holder(1, 1, user, server), tuple(map(bare, devices)), since)
     return inspected(name, engine.labels(grant, "jupyter"), devices)
 
 
@@ -111,10 +112,12 @@ def test_status_reads_the_pool_from_running_containers(tmp_path):
     since = time.time() - 3 * 3600
     with servers("status") as made:
         made.create(
-            "ann--train", CPU_IMAGE, Grant(Holder(1, 1, "ann", "train"), tuple(UUIDS[6:8]), since)
+            "ann--train",
+            CPU_IMAGE,
+            Grant(Holder(1, 1, "ann", "train"), tuple(map(bare, UUIDS[6:8])), since),
         )
         made.create("bob--notes", CPU_IMAGE, Grant(Holder(2, 2, "bob", "notes"), (), since))
-        eve = Grant(Holder(3, 3, "eve", "old"), tuple(UUIDS[4:5]), since)
+        eve = Grant(Holder(3, 3, "eve", "old"), tuple(map(bare, UUIDS[4:5])), since)
         made.create("old", CPU_IMAGE, eve, start=False)
         device = {"Driver": "nvidia", "DeviceIDs": [UUIDS[5]], "Capabilities": [["gpu"]]}
         made.create("batch", CPU_IMAGE, None, device_requests=[device])

@@ -10,6 +10,7 @@ import logging
 from gpuspawner.config.settings import GPUSettings
 from gpuspawner.config.site import GPUSite
 from gpuspawner.core.pool import DeviceState, Grant, Holder
+from gpuspawner.core.units import bare
 from gpuspawner.engine import docker as engine
 from gpuspawner.hub.broker import Broker, KnownServers
 
@@ -23,7 +24,7 @@ def broker_with(gpus: int = 4, ignore: tuple[str, ...] = ()) -> Broker:
 
 
 def ours(holder: Holder, uuids: tuple[str, ...], name: str, hub: str = HUB, **labels) -> object:
-    grant = Grant(holder, uuids, 100.0)
+    grant = Grant(holder, tuple(map(bare, uuids)), 100.0)
     return engine.seen(
         {
             "Id": name,
@@ -60,7 +61,7 @@ def known(*holders: Holder) -> KnownServers:
 
 def test_recovery_adopts_known_servers_and_keeps_everything_else_out():
     broker = broker_with(4)
-    u = broker.pool.uuids
+    u = broker.pool.ids
     running = [
         ours(ANN, (u[0], u[1]), "jupyter-ann"),
         ours(Holder(9, 19, "zed"), (u[2],), "other-zed", hub="other"),  # another hub's server
@@ -80,7 +81,7 @@ def test_recovery_adopts_known_servers_and_keeps_everything_else_out():
 
 def test_a_server_the_database_does_not_know_is_not_adopted():
     broker = broker_with(2)
-    u = broker.pool.uuids
+    u = broker.pool.ids
     broker.recover([ours(ANN, (u[0],), "jupyter-ann")], known())
     assert broker.pool.grants() == []
     assert broker.pool.states()[u[0]] is DeviceState.EXTERNAL
@@ -88,7 +89,7 @@ def test_a_server_the_database_does_not_know_is_not_adopted():
 
 def test_unreadable_labels_are_logged_and_their_gpus_kept_out(caplog):
     broker = broker_with(2)
-    u = broker.pool.uuids
+    u = broker.pool.ids
     broken = ours(ANN, (u[0],), "jupyter-ann", **{"gpuspawner.since": "inf"})
     broker.recover([broken], known(ANN))
     assert broker.pool.grants() == []
@@ -101,7 +102,7 @@ def test_unreadable_labels_are_logged_and_their_gpus_kept_out(caplog):
 
 def test_two_servers_claiming_one_gpu_leave_it_out_of_the_pool(caplog):
     broker = broker_with(2)
-    u = broker.pool.uuids
+    u = broker.pool.ids
     broker.recover(
         [ours(ANN, (u[0],), "jupyter-ann"), ours(BOB, (u[0],), "jupyter-bob--train")],
         known(ANN, BOB),
@@ -120,7 +121,7 @@ def test_two_servers_claiming_one_gpu_leave_it_out_of_the_pool(caplog):
 
 def test_containers_of_gpuspawner_0_1_are_matched_by_name():
     broker = broker_with(2)
-    u = broker.pool.uuids
+    u = broker.pool.ids
     old = engine.seen(
         {
             "Id": "old",
@@ -136,7 +137,7 @@ def test_containers_of_gpuspawner_0_1_are_matched_by_name():
 
 def test_gpus_come_back_when_the_outside_containers_go():
     broker = broker_with(2)
-    u = broker.pool.uuids
+    u = broker.pool.ids
     broker.recover([foreign("job", u[0])], known())
     assert broker.pool.free_count() == 1
     broker.note_containers([], {})
@@ -145,8 +146,8 @@ def test_gpus_come_back_when_the_outside_containers_go():
 
 def test_a_container_holding_more_than_its_grant_keeps_the_extra_out():
     broker = broker_with(2)
-    u = broker.pool.uuids
-    granted = broker.reserve(ANN, 1, admit=lambda usage: None).uuids
+    u = broker.pool.ids
+    granted = broker.reserve(ANN, 1, admit=lambda usage, weight: None).uuids
     other = next(x for x in u if x not in granted)
     broker.note_containers([ours(ANN, (*granted, other), "jupyter-ann")], {})
     assert broker.pool.states()[other] is DeviceState.EXTERNAL
