@@ -26,7 +26,7 @@ from typing import ClassVar
 from ..config.site import GPUSite
 from ..core.culling import IdleClock
 from ..core.gpus import Telemetry
-from ..core.pool import Admission, AlreadyHolding, Grant, Holder
+from ..core.pool import GONE, Admission, AlreadyHolding, Grant, Holder
 from ..core.units import Kind, Request, Unit
 from ..engine.base import Engine, Seen
 
@@ -228,17 +228,26 @@ class Broker:
         """What each GPU gives now (`GPUSite.layout_now`): a MIG layout an admin changed is
         followed, GPU by GPU, without touching the servers on other GPUs."""
         for gpu, units in layout.items():
-            if self.pool.follow_layout(gpu, units):
-                index = next((u.index for u in units), None)
-                profiles = [u.profile for u in units if u.kind is Kind.MIG]
-                now = ", ".join(f"{profiles.count(p)} × {p}" for p in dict.fromkeys(profiles))
-                self.log.warning(
-                    "gpuspawner: GPU %s (%s) changed: it now gives %s; instances no longer "
-                    "there stay with their servers until they stop",
-                    "" if index is None else index,
-                    gpu,
-                    now or ("itself, whole" if units else "nothing (MIG mode, no instance)"),
-                )
+            if not self.pool.follow_layout(gpu, units):
+                continue
+            index = next((u.index for u in self.pool.units if u.gpu == gpu), "")
+            profiles = [u.profile for u in units if u.kind is Kind.MIG]
+            now = ", ".join(f"{profiles.count(p)} × {p}" for p in dict.fromkeys(profiles))
+            gone = [
+                f"{u.id} ({g.holder.name})"
+                for g in self.pool.holders_on(gpu)
+                for u in g.units
+                if self.pool.unhealthy_reason(u.id) == GONE
+            ]
+            self.log.warning(
+                "gpuspawner: GPU %s (%s) changed: it now gives %s%s",
+                index,
+                gpu,
+                now or ("itself, whole" if units else "nothing (MIG mode, no instance)"),
+                f"; gone but still held until their servers stop: {', '.join(gone)}"
+                if gone
+                else "",
+            )
 
     def grant_of(self, key: int) -> Grant | None:
         return self.pool.grant_of(key)

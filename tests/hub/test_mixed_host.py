@@ -136,7 +136,11 @@ def test_a_mig_layout_changed_by_an_admin_is_followed_without_touching_other_gpu
     assert broker.pool.grant_of(ANN.spawner_id) == held  # the server keeps its instance
     assert broker.pool.states()[held.ids[0]] is DeviceState.UNHEALTHY
     assert broker.pool.grant_of(BOB.spawner_id) == h100
-    assert "GPU 2 (" in caplog.text and "it now gives 2 × 3g.40gb" in caplog.text
+    assert "GPU 2 (" in caplog.text
+    assert (
+        "it now gives 2 × 3g.40gb; gone but still held until their servers stop: "
+        f"{held.ids[0]} (ann)" in caplog.text
+    )
     caplog.clear()
     broker.follow_layout(broker.site.layout_now())
     assert "changed" not in caplog.text  # said once
