@@ -55,6 +55,7 @@ class NvmlSource:
         self._events: Any = None
         self._critical_xids: dict[str, int] = {}
         self._seen_until: dict[str, int] = {}  # per GPU: the last process sample read (µs)
+        self._warned: set[str] = set()  # list_gpus runs every tick: each problem said once
 
     def _init(self) -> None:
         with self._lock:
@@ -236,8 +237,14 @@ class NvmlSource:
                 )
             except pynvml.NVMLError as error:
                 # Without a UUID it cannot be named, so it cannot be handed out either.
-                log.warning("GPU %d left out of the pool: NVML says %s", index, error)
+                self._warn_once("GPU %d left out of the pool: NVML says %s", index, error)
         return gpus
+
+    def _warn_once(self, message: str, *args: object) -> None:
+        text = message % args
+        if text not in self._warned:
+            self._warned.add(text)
+            log.warning(text)
 
     def _mig(self, handle: Any, index: int, memory: int) -> tuple[bool, tuple[MigInstance, ...]]:
         """Whether a GPU is in MIG mode, and the MIG instances on it now.
@@ -276,7 +283,7 @@ class NvmlSource:
             except pynvml.NVMLError_NotFound:
                 continue  # no MIG device at this index
             except pynvml.NVMLError as error:
-                log.warning(
+                self._warn_once(
                     "GPU %d: MIG device %d left out of the pool: NVML says %s",
                     index,
                     position,

@@ -125,3 +125,12 @@ def test_each_process_share_of_a_whole_gpu(process_sm, expected):
     nvml = FakeNVML([FakeGPU("GPU-s", utilization=80, processes=[7, 9], process_sm=process_sm)])
     source = NvmlSource(nvml)
     assert source.sample(["GPU-s"])["GPU-s"].process_utilization == expected
+
+
+def test_a_problem_seen_on_every_look_is_said_once(caplog):
+    nvml = machine()
+    nvml.gpus[0].lost = True
+    source = NvmlSource(nvml)
+    for _ in range(3):
+        source.list_gpus()
+    assert caplog.text.count("GPU 0 left out of the pool") == 1
