@@ -18,6 +18,10 @@ c.JupyterHub.spawner_class = "gpu"
 # On a machine without NVIDIA GPUs (a laptop, CI) run on simulated ones.
 c.GPUSpawner.simulate_gpus = int(os.environ.get("GPUSPAWNER_SIMULATE_GPUS", "0"))
 # c.GPUSpawner.exclude_gpus = [7]   # keep GPU 7 for jobs outside JupyterHub
+# c.GPUSpawner.shared_gpus = {6: 4}  # GPU 6 for up to 4 servers at once: no memory isolation
+#   (then offer it: {"display_name": "Shared GPU", "slug": "shared", "shared": True};
+#   a GPU an admin put in MIG mode is offered by {"mig_profile": "1g.10gb"}; README,
+#   "MIG instances and shared GPUs")
 
 # Built from images/gpu and images/cpu (README: "Set up a GPU server", step 5).
 c.GPUSpawner.image = os.environ.get("GPUSPAWNER_NOTEBOOK_IMAGE", "gpuspawner-notebook:latest")
