@@ -122,8 +122,9 @@ class Monitor:
                 continue
             if health:
                 pool.mark_unhealthy(device, health)
-                holders = ", ".join(g.holder.name for g in pool.holders_on(device))
-                held = f"; {holders} hold it and keep running" if holders else ""
+                names = [g.holder.name for g in pool.holders_on(device)]
+                verb = "holds it and keeps" if len(names) == 1 else "hold it and keep"
+                held = f"; {', '.join(names)} {verb} running" if names else ""
                 self.log.warning(
                     "gpuspawner: %s is unhealthy (%s): no new server gets it%s",
                     device,

@@ -259,3 +259,14 @@ def test_limits_charge_each_kind_its_weight():
     for holder, request in [(ANN, SLICE), (BOB, SLOT), (CAT, 1)]:
         broker.reserve(holder, request, admit=lambda usage, weight: weights.append(weight))
     assert weights == [Fraction(1, 7), Fraction(1, 4), 1]
+
+
+def test_a_sick_shared_gpu_names_every_server_on_it(caplog):
+    broker = broker_on()
+    broker.reserve(ANN, SLOT, admit=lambda usage, weight: None)
+    broker.reserve(BOB, SLOT, admit=lambda usage, weight: None)
+    l40s = gpu(broker, 3)
+    Monitor(broker, LOG).apply(Observation({l40s: Telemetry(health="lost")}, [], None))
+    assert f"{l40s} is unhealthy (lost): no new server gets it; ann, bob/train hold it" in (
+        caplog.text
+    )
