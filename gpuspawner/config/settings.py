@@ -173,3 +173,22 @@ class GPUSettings(HasTraits):
         help="""Folders searched for `gpuspawner_form.html` before the packaged
         template, to restyle the spawn form.""",
     )
+    notebook_uid = Integer(
+        1000,
+        config=True,
+        help="""The uid the notebook runs as inside its container (jovyan in gpuspawner's
+        images and in Jupyter's docker-stacks).
+
+        Host folders the hub creates for `volumes` (homes such as
+        `/srv/home/{username}`) are given to this uid, mode 0700, so the notebook
+        can write them. Folders that already exist are left as they are. Named
+        volumes need nothing: Docker copies the image's folder, owner included,
+        into an empty volume. Example: `c.GPUSpawner.notebook_uid = 1000`.""",
+    )
+    notebook_gid = Integer(
+        1000,
+        config=True,
+        help="""The group id given, with `notebook_uid`, to host folders the hub creates for
+        `volumes`. 1000 in gpuspawner's images; 100 (users) in Jupyter's docker-stacks.
+        Example: `c.GPUSpawner.notebook_gid = 100`.""",
+    )

@@ -6,6 +6,9 @@ broker; every container the spawner creates gets exactly the reservation
 (`engine.docker.isolate`, at the one place containers are created). Every way
 a server ends reaches `clear_state`, which the hub calls even when `stop()`
 raised: the GPUs then go back only once Docker confirms the container gone.
+Containers are removed when their server stops, so users' files live in homes
+(DockerSpawner's `volumes`, a home per user by default) that the engine makes
+ready before a start reserves GPUs.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from ..core.placement import NotEnoughGPUs
 from ..core.pool import Grant, Holder
 from ..core.profiles import ANY_IMAGE, InvalidUserOptions, Profile, choose_profile
 from ..core.words import duration, from_group, your_server
+from ..engine import storage
 from ..engine.docker import isolate
 from . import form, startup
 from .broker import Broker, BrokerNotRunning
@@ -77,6 +81,18 @@ class GPUSpawner(GPUSettings, DockerSpawner):
                 "with the GPUs it had, which the pool may have given to someone else."
             )
         return True
+
+    @default("volumes")
+    def _default_volumes(self) -> dict[str, Any]:
+        """A home per user that outlives every container: without one, each stop (every
+        cull included) would delete the user's work along with the container."""
+        return {storage.DEFAULT_HOME_VOLUME: storage.DEFAULT_HOME_DIR}
+
+    @default("notebook_dir")
+    def _default_notebook_dir(self) -> str:
+        """The home: the file browser opens where files are kept, whatever the image's WORKDIR."""
+        homes = storage.homes(self._mounts())
+        return homes[0].target if homes else ""
 
     @default("options_form")
     def _default_options_form(self) -> Any:
@@ -206,6 +222,7 @@ class GPUSpawner(GPUSettings, DockerSpawner):
                 409,
             )
         self._apply_overrides(dict(profile.spawner_override))
+        await self._prepare_storage()  # before the GPUs: a storage problem takes nothing
         grant = self._reserve(profile)
         self.stop_notice = None
         limits = self._user_limits()
@@ -218,6 +235,24 @@ class GPUSpawner(GPUSettings, DockerSpawner):
             ", ".join(grant.uuids) or "no GPU",
         )
         return await super().start()
+
+    def _mounts(self) -> list[storage.Mount]:
+        return storage.mounts(
+            self.volumes,
+            self.read_only_volumes,
+            lambda template: str(self.format_volume_name(template, self)),
+        )
+
+    async def _prepare_storage(self) -> None:
+        """Homes and shared folders ready before Docker sees them, in a worker thread."""
+        owner = storage.Owner(
+            self.user.name, self.user.id, self.prefix, self.notebook_uid, self.notebook_gid
+        )
+        work = self.executor.submit(storage.prepare, self.client, self._mounts(), owner)
+        try:
+            await asyncio.wrap_future(work)
+        except storage.StorageProblem as problem:
+            raise SpawnException(str(problem), reason="storage", status_code=500) from None
 
     @property
     def _reserved(self) -> asyncio.Event:
