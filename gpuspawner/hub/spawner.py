@@ -22,7 +22,7 @@ from typing import Any
 
 from dockerspawner import DockerSpawner
 from jupyterhub.spawner import SpawnException
-from jupyterhub.utils import utcnow
+from jupyterhub.utils import url_escape_path, url_path_join, utcnow
 from traitlets import Bool, TraitError, default, validate
 
 from ..config.settings import GPUSettings
@@ -36,7 +36,7 @@ from ..core.profiles import ANY_IMAGE, InvalidUserOptions, Profile, choose_profi
 from ..core.words import duration, from_group, your_server
 from ..engine import storage
 from ..engine.docker import isolate
-from . import form, startup
+from . import form, notices, startup
 from .broker import Broker, BrokerNotRunning
 from .metrics import ALLOCATION_SECONDS, SPAWNS_REFUSED
 
@@ -46,12 +46,16 @@ LINKS_CANNOT_START = (
 )
 
 
+RESTART_ON = "restart_on"  # the form button of a stop notice: start that server on this profile
+
+
 class QueryCannotSpawn(Exception):
     """GET /hub/spawn?… tried to start a server: only a form POST or the API may."""
 
 
 class GPUSpawner(GPUSettings, DockerSpawner):
     stop_notice: str | None = None  # why a policy stopped this server, for its next spawn page
+    restart_on_cpu = False  # the server a policy stopped held GPUs: offer a CPU-only start
     idle_limit: Limited | None = None  # the group's idle timeout, for jupyterhub-idle-culler
 
     @classmethod
@@ -156,11 +160,14 @@ class GPUSpawner(GPUSettings, DockerSpawner):
             ),
             holdings=form.holdings(limits, self.user.id, usage, broker.pool.grants()),
             images=self._images_offered(),
-            notices=[
-                spawner.state["stop_notice"]
-                for spawner in self.user.orm_user.orm_spawners.values()
-                if spawner.server is None and (spawner.state or {}).get("stop_notice")
-            ],
+            notices=notices.rows(
+                notices.stop_notices(
+                    self.user.orm_user.orm_spawners,
+                    notices.cpu_profile(broker.site.profiles, limits, self.user.id, usage, free),
+                ),
+                url_path_join(self.hub.base_url, "spawn", url_escape_path(self.user.name)),
+                getattr(self.handler, "xsrf_token", None),
+            ),
         )
 
     def _preselected(self) -> str | None:
@@ -225,6 +232,7 @@ class GPUSpawner(GPUSettings, DockerSpawner):
         await self._prepare_storage()  # before the GPUs: a storage problem takes nothing
         grant = self._reserve(profile)
         self.stop_notice = None
+        self.restart_on_cpu = False
         limits = self._user_limits()
         self.idle_limit = limits.duration("idle_timeout" if profile.gpus else "cpu_idle_timeout")
         self._reserved.set()
@@ -308,6 +316,14 @@ class GPUSpawner(GPUSettings, DockerSpawner):
         self._note_idle_cull()
         await super().stop(now)
 
+    def note_stop(self, stopped_at: float, reason: str) -> None:
+        """Why a policy stops this server, for its user's next spawn page: that the files are
+        kept (where a home keeps them) and, for a GPU server, the offer to go on without GPUs."""
+        homes = storage.homes(self._mounts())
+        self.stop_notice = notice(self.name, stopped_at, reason, homes[0].target if homes else None)
+        grant = self._grant_if_known()
+        self.restart_on_cpu = bool(grant and grant.uuids)
+
     def _note_idle_cull(self) -> None:
         """A stop past the group's idle timeout is jupyterhub-idle-culler's: say so."""
         limit, last = self.idle_limit, self.orm_spawner.last_activity
@@ -316,7 +332,7 @@ class GPUSpawner(GPUSettings, DockerSpawner):
         idle = (utcnow(with_tz=False) - last).total_seconds()
         if idle >= limit.value:
             reason = f"it was idle for {duration(idle)} (idle_timeout{from_group(limit.group)})"
-            self.stop_notice = notice(self.name, time.time(), reason)
+            self.note_stop(time.time(), reason)
 
     # --- state ------------------------------------------------------------------------
     def get_state(self) -> dict[str, Any]:
@@ -333,7 +349,9 @@ class GPUSpawner(GPUSettings, DockerSpawner):
             state["idle_timeout"] = self.idle_limit.value
             state["idle_timeout_group"] = self.idle_limit.group
         if self.stop_notice:
-            state["stop_notice"] = self.stop_notice
+            state[notices.STATE_NOTICE] = self.stop_notice
+            if self.restart_on_cpu:
+                state[notices.STATE_CPU_RESTART] = True
         return state
 
     def _grant_if_known(self) -> Grant | None:
@@ -346,7 +364,8 @@ class GPUSpawner(GPUSettings, DockerSpawner):
 
     def load_state(self, state: dict[str, Any]) -> None:
         super().load_state(state)
-        self.stop_notice = state.get("stop_notice")
+        self.stop_notice = state.get(notices.STATE_NOTICE)
+        self.restart_on_cpu = bool(state.get(notices.STATE_CPU_RESTART))
         if "idle_timeout" in state:
             self.idle_limit = Limited(state["idle_timeout"], state.get("idle_timeout_group"))
 
@@ -358,7 +377,13 @@ def _refused(message: str, reason: str, status_code: int) -> SpawnException:
 
 
 def _options_from_form(formdata: dict[str, list[str]]) -> dict[str, Any]:
-    """Form fields as user_options, unchecked: validation happens at every start."""
+    """Form fields as user_options, unchecked: validation happens at every start.
+
+    A stop notice's "start again on CPU" button (`restart_on`) names the profile itself,
+    whatever else the form had chosen.
+    """
+    if formdata.get(RESTART_ON):
+        return {"profile": formdata[RESTART_ON][0]}
     return {
         key: values[0] if len(values) == 1 else values
         for key, values in formdata.items()
