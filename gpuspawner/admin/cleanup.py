@@ -57,8 +57,7 @@ def main(args: argparse.Namespace) -> int:
     if not args.yes:
         print("\nDry run: nothing was removed. Run again with --yes to remove them.")
         return 0
-    done = carry_out(client, plan)
-    return 0 if delete_homes(client, args.delete_home) and done else 1
+    return 0 if carry_out(client, plan, args.delete_home) else 1
 
 
 def make_plan(client: docker.DockerClient, prefix: str = "", labels: Iterable[str] = ()) -> Plan:
@@ -149,26 +148,14 @@ def orphans_in_words(census: homes.Census) -> str:
     return "\n".join(lines)
 
 
-def delete_homes(client: docker.DockerClient, names: Iterable[str]) -> bool:
-    """Delete the home volumes the admin named (checked by homes.deletable first)."""
-    done = True
-    for name in names:
-        try:
-            client.api.remove_volume(name)
-        except APIError as error:
-            print(f"Could not delete home {name}: {error.explanation or error}", file=sys.stderr)
-            done = False
-        else:
-            print(f"Deleted home {name}")
-    return done
-
-
-def carry_out(client: docker.DockerClient, plan: Plan) -> bool:
-    """Remove the plan's containers, then its images; False if any could not be removed."""
+def carry_out(client: docker.DockerClient, plan: Plan, homes: Iterable[str] = ()) -> bool:
+    """Remove the plan's containers, then its images, then the home volumes the admin named
+    (checked by homes.deletable first); False if any could not be removed."""
     removals: list[tuple[str, Callable[[], object]]] = [
         (f"container {c.name}", c.remove) for c in plan.containers
     ]
     removals += [(f"image {_short(i)}", partial(client.images.remove, i.id)) for i in plan.images]
+    removals += [(f"home {name}", partial(client.api.remove_volume, name)) for name in homes]
     done = True
     for what, remove in removals:
         try:

@@ -77,15 +77,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _home_options(parser: argparse.ArgumentParser) -> None:
+def _config_file(parser: argparse.ArgumentParser, why: str = "") -> None:
     parser.add_argument(
         "-f",
         "--config",
         type=Path,
         metavar="PATH",
-        help="the hub's jupyterhub_config.py, for its database and host-folder homes "
-        "(default: ./jupyterhub_config.py if there is one)",
+        help=f"the hub's jupyterhub_config.py{why} (default: ./jupyterhub_config.py)",
     )
+
+
+def _home_options(parser: argparse.ArgumentParser) -> None:
+    _config_file(parser, ", for its database and host-folder homes")
     parser.add_argument(
         "--db-url",
         default="",
@@ -96,13 +99,7 @@ def _home_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _config_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "-f",
-        "--config",
-        type=Path,
-        metavar="PATH",
-        help="the hub's jupyterhub_config.py (default: ./jupyterhub_config.py)",
-    )
+    _config_file(parser)
     parser.add_argument(
         "--simulate",
         type=count,

@@ -144,7 +144,7 @@ def test_homes_lists_sizes_users_and_orphans_and_cleanup_deletes_only_a_named_or
             "cleanup", "--prefix", prefix, "--delete-home", carol, "--yes", cwd=tmp_path
         )
         assert done.returncode == 0, done.stderr
-        assert f"Deleted home {carol}" in done.stdout
+        assert f"Removed home {carol}" in done.stdout
         left = {v.name for v in docker.from_env().volumes.list()}
         assert alice in left and carol not in left
 
