@@ -272,8 +272,9 @@ class Hub:
 
     def submit_form(self, session: requests.Session, user: str, server: str = "", **fields: str):
         """Post the spawn form as the browser does, with the page's XSRF token."""
+        path = f"/hub/spawn/{user}/{server}" if server else f"/hub/spawn/{user}"
         return session.post(
-            f"{self.url}/hub/spawn/{user}/{server}",
+            f"{self.url}{path}",
             data={**fields, "_xsrf": session.cookies["_xsrf"]},
             timeout=60,
         )

@@ -7,6 +7,7 @@ fix, written for the admin at the terminal.
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
@@ -15,8 +16,8 @@ from typing import Any
 
 import pynvml
 
-from ..config.site import GPUSite
-from ..core.errors import GPUConfigError, NoGPUSourceError
+from ..config.site import GPUSite, check_container_settings
+from ..core.errors import GPUConfigError, NoGPUSourceError, UnsafeContainerConfig
 from ..core.gpus import GPU, Telemetry, gpus_in_words
 from ..devices.nvml import NvmlSource
 from ..devices.simulated import SimulatedSource
@@ -194,3 +195,61 @@ def judge_gpu_settings(site: HubConfig, source: GPUSource) -> Finding:
         f"{len(hub.gpus)} GPU(s) in the pool; profiles {', '.join(p.slug for p in hub.profiles)}; "
         f"group limits for {', '.join(groups) if groups else 'no group'}",
     )
+
+
+def judge_container_settings(site: HubConfig) -> Finding:
+    """The check the hub makes at start: no setting hands notebooks GPUs or the host."""
+    subject = "Container settings"
+    try:
+        check_container_settings(site.spawner, site.spawner.group_overrides)
+    except UnsafeContainerConfig as unsafe:
+        return failed(
+            subject,
+            str(unsafe),
+            f"remove them from {site.path}; the hub would not start with them",
+        )
+    return passed(
+        subject,
+        "no setting gives notebooks GPUs or the host outside the pool's grants "
+        "(privileged, runtimes, devices, capabilities, host mounts)",
+    )
+
+
+DEMO_AUTHENTICATORS = {
+    "DummyAuthenticator": "DummyAuthenticator (any username logs in)",
+    "SharedPasswordAuthenticator": "SharedPasswordAuthenticator (one password for everyone)",
+}
+
+
+def judge_logins(site: HubConfig) -> Finding:
+    """A demo login is fine on 127.0.0.1, and a hole anywhere else."""
+    subject = "Logins"
+    authenticator = site.authenticator_class()
+    risks = []
+    if authenticator.__name__ in DEMO_AUTHENTICATORS:
+        risks.append(DEMO_AUTHENTICATORS[authenticator.__name__])
+        if site.authenticator_setting("password", authenticator):
+            risks.append("a shared demo password")
+    if site.authenticator_setting("allow_all", authenticator):
+        risks.append("allow_all = True (everyone who can log in gets GPUs)")
+    host = site.public_host()
+    where = f"{host}" if host else "every interface"
+    if not risks:
+        return passed(subject, f"{authenticator.__name__}; the hub listens on {where}")
+    if is_loopback(host):
+        return passed(subject, f"{', '.join(risks)}: only reachable from this machine ({host})")
+    return warning(
+        subject,
+        f"{', '.join(risks)}, while the hub listens on {where}",
+        "use your site's authenticator (OAuthenticator, LDAP, PAM …) with an allow list or "
+        "groups, or keep the demo on 127.0.0.1 (c.JupyterHub.bind_url)",
+    )
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

@@ -9,7 +9,6 @@ is, and whether a container can open a connection to the hub.
 from __future__ import annotations
 
 import errno
-import ipaddress
 import re
 import socket
 from collections.abc import Mapping, Sequence
@@ -21,7 +20,7 @@ from docker.errors import APIError, DockerException, ImageNotFound
 from docker.types import DeviceRequest
 
 from ..engine.docker import NO_GPU
-from .checks import SETUP_GUIDE, CudaVersion, Finding, failed, passed, warning
+from .checks import SETUP_GUIDE, CudaVersion, Finding, failed, is_loopback, passed, warning
 from .hubconfig import HubAddress
 
 PROBE_LABEL = "gpuspawner.doctor"
@@ -235,7 +234,7 @@ def _dotted(version: CudaVersion) -> str:
 
 def judge_hub_address(address: HubAddress, network: str, gateway: str) -> Finding | None:
     """A FAIL if containers cannot possibly reach the hub's connect address; None to probe it."""
-    if network == "host" or not _is_loopback(address.connect_host):
+    if network == "host" or not is_loopback(address.connect_host):
         return None
     return failed(
         "Hub reachable from containers",
@@ -246,15 +245,6 @@ def judge_hub_address(address: HubAddress, network: str, gateway: str) -> Findin
         "or hub_ip = '0.0.0.0' "
         f"with hub_connect_ip = {gateway!r}",
     )
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 @dataclass(frozen=True)

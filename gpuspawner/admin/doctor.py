@@ -27,7 +27,9 @@ from .checks import (
     Finding,
     Status,
     judge_config,
+    judge_container_settings,
     judge_gpu_settings,
+    judge_logins,
     judge_toolkit,
     not_checked,
     nvml_findings,
@@ -89,7 +91,11 @@ def examine(config_path: Path, simulate: int | None, simulated_load: str) -> lis
     findings.append(config_finding)
     if site is None:
         return [*findings, not_checked("Images and hub address", NO_CONFIG)]
-    findings.append(judge_gpu_settings(site, source))
+    findings += [
+        judge_gpu_settings(site, source),
+        judge_container_settings(site),
+        judge_logins(site),
+    ]
     if client is None:
         return [*findings, not_checked("Images and hub address", NO_DOCKER)]
     findings += [dockerchecks.judge_image(i, jupyterhub.__version__, driver_cuda) for i in images]

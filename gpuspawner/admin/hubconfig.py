@@ -61,6 +61,29 @@ class HubConfig:
             names.extend(spawner.allowed_images.values())
         return list(dict.fromkeys(names))
 
+    def hub_setting(self, name: str) -> Any:
+        """A JupyterHub setting as the config sets it, else JupyterHub's default."""
+        settings = self.config.JupyterHub
+        return settings[name] if name in settings else getattr(JupyterHub, name).default_value
+
+    def public_host(self) -> str:
+        """Where the hub's proxy listens for people ("" for every interface)."""
+        if "ip" in self.config.JupyterHub:  # the older spelling of bind_url
+            return str(self.config.JupyterHub.ip)
+        return urllib.parse.urlsplit(self.hub_setting("bind_url")).hostname or ""
+
+    def authenticator_class(self) -> type:
+        """The authenticator the hub would use, resolved as JupyterHub resolves it."""
+        trait = JupyterHub.class_traits()["authenticator_class"]
+        return trait.validate(None, self.hub_setting("authenticator_class"))
+
+    def authenticator_setting(self, name: str, authenticator: type) -> Any:
+        """A setting of the authenticator, from its own section or Authenticator's."""
+        for section in (authenticator.__name__, "Authenticator"):
+            if name in self.config[section]:
+                return self.config[section][name]
+        return None
+
     def hub_address(self) -> HubAddress:
         """As the hub computes it (`JupyterHub.init_hub`), from the same settings."""
         settings = self.config.JupyterHub

@@ -95,12 +95,17 @@ class GPUSettings(HasTraits):
         clock stops.""",
     )
     gpu_processes_count_as_busy = Bool(
-        True,
+        False,
         config=True,
         help="""Count a GPU with compute processes as busy, whatever its utilisation.
 
-        True keeps any server whose kernel holds a CUDA context; set False to
-        reclaim GPUs held by idle notebooks that keep a model loaded.""",
+        Off by default: a notebook kernel that once touched the GPU keeps a CUDA
+        context (a process) while it sits idle, so with this on an idle notebook
+        never counts as idle and gpu_idle_timeout never returns its GPU
+        (benchmarks/README.md, "Utilisation over a week", measures the cost:
+        16 % of held GPU-hours busy, against 56 % with it off). Turn it on to
+        spare servers that keep a model loaded between runs. Example:
+        `c.GPUSpawner.gpu_processes_count_as_busy = True`.""",
     )
     exclude_gpus = List(
         Union([Unicode(), Integer()]),

@@ -26,7 +26,7 @@ class Busyness:
     """What counts as a busy GPU."""
 
     threshold_percent: float = 5.0
-    processes_count: bool = True
+    processes_count: bool = False
 
     def of(self, samples: Iterable[Telemetry | None]) -> bool | None:
         """True if any GPU is busy, False if all are idle, None if any is unknown.

@@ -379,15 +379,15 @@ def _refused(message: str, reason: str, status_code: int) -> SpawnException:
 def _options_from_form(formdata: dict[str, list[str]]) -> dict[str, Any]:
     """Form fields as user_options, unchecked: validation happens at every start.
 
-    A stop notice's "start again on CPU" button (`restart_on`) names the profile itself,
-    whatever else the form had chosen.
+    An image field left empty means the default image. A stop notice's "start again on
+    CPU" button (`restart_on`) names the profile itself, whatever else the form had chosen.
     """
     if formdata.get(RESTART_ON):
         return {"profile": formdata[RESTART_ON][0]}
     return {
         key: values[0] if len(values) == 1 else values
         for key, values in formdata.items()
-        if key != "_xsrf"
+        if key != "_xsrf" and not (key == "image" and values == [""])
     }
 
 

@@ -2,6 +2,7 @@
 
 import json
 import textwrap
+from pathlib import Path
 
 import pynvml
 import pytest
@@ -11,7 +12,9 @@ from gpuspawner.admin import hubconfig, toolkit
 from gpuspawner.admin.checks import (
     Status,
     judge_config,
+    judge_container_settings,
     judge_gpu_settings,
+    judge_logins,
     judge_toolkit,
     nvml_findings,
     simulated_gpu_findings,
@@ -190,3 +193,101 @@ def test_gpu_settings_are_not_checked_without_gpus(tmp_path):
     finding = judge_gpu_settings(site, source)
     assert finding.status is Status.WARN
     assert finding.detail.startswith("not checked: no GPUs to check them against")
+
+
+# Each way an admin's settings could hand notebooks GPUs or the host, as the hub checks it
+# at start and doctor reports it: one line, naming the setting.
+UNSAFE_SETTINGS = [
+    ('c.GPUSpawner.extra_host_config = {"privileged": True}', "c.GPUSpawner.extra_host_config"),
+    (
+        'c.GPUSpawner.extra_create_kwargs = {"host_config": {"PRIVILEGED": True}}',
+        "c.GPUSpawner.extra_create_kwargs sets privileged=True",
+    ),
+    ('c.GPUSpawner.extra_host_config = {"cap_add": ["SYS_ADMIN"]}', "cap_add ['SYS_ADMIN']"),
+    ('c.GPUSpawner.extra_host_config = {"pid_mode": "host"}', "pid_mode='host'"),
+    ('c.GPUSpawner.volumes = {"//dev": "/mnt/dev"}', "c.GPUSpawner.volumes sets mounts of /dev"),
+    ('c.GPUSpawner.read_only_volumes = {"/": "/host"}', "read_only_volumes sets mounts of /"),
+    (
+        'c.GPUSpawner.volumes = {"/var/run/docker.sock": "/var/run/docker.sock"}',
+        "mounts of /var/run/docker.sock",
+    ),
+    (
+        """c.GPUSpawner.mounts = [{"type": "volume", "source": "devs", "target": "/d",
+             "volume_options": {"driver_config": {"name": "local",
+                "options": {"type": "none", "o": "bind", "device": "/dev"}}}}]""",
+        "c.GPUSpawner.mounts sets mounts of /dev",
+    ),
+    (
+        """c.GPUSpawner.profiles = [{"display_name": "X", "slug": "x", "gpus": 1,
+             "spawner_override": {"extra_host_config": {"device_requests": [{"count": -1}]}}}]""",
+        "c.GPUSpawner.profiles[x].spawner_override.extra_host_config sets device_requests",
+    ),
+    (
+        """c.Spawner.group_overrides = {"tas": {"groups": ["tas"],
+             "spawner_override": {"extra_host_config": {"runtime": "nvidia"}}}}""",
+        "c.Spawner.group_overrides[tas].spawner_override.extra_host_config sets runtime='nvidia'",
+    ),
+]
+
+
+@pytest.mark.parametrize(("body", "named"), UNSAFE_SETTINGS)
+def test_settings_that_reach_gpus_or_the_host_fail_naming_the_setting(tmp_path, body, named):
+    finding = judge_container_settings(hubconfig.load(config_file(tmp_path, body)))
+    assert finding.status is Status.FAIL
+    assert named in finding.detail
+    assert len(finding.detail.splitlines()) == 1
+
+
+def test_ordinary_container_settings_pass(tmp_path):
+    body = """
+        c.GPUSpawner.volumes = {"gpuspawner-home-{username}": "/home/jovyan/work"}
+        c.GPUSpawner.read_only_volumes = {"/data": "/home/jovyan/data"}
+        c.GPUSpawner.extra_host_config = {"shm_size": "8g", "cap_add": ["SYS_PTRACE"]}
+    """
+    assert judge_container_settings(hubconfig.load(config_file(tmp_path, body))).status is (
+        Status.PASS
+    )
+
+
+DEMO = (
+    'c.JupyterHub.authenticator_class = "dummy"\n'
+    'c.DummyAuthenticator.password = "gpu-demo"\n'
+    "c.Authenticator.allow_all = True\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "words"),
+    [
+        (DEMO + 'c.JupyterHub.bind_url = "http://127.0.0.1:8000"', Status.PASS, "127.0.0.1"),
+        (DEMO + 'c.JupyterHub.bind_url = "http://0.0.0.0:8000"', Status.WARN, "0.0.0.0"),
+        (DEMO, Status.WARN, "every interface"),  # JupyterHub's default bind_url: all of them
+        ('c.JupyterHub.authenticator_class = "shared-password"', Status.WARN, "one password"),
+        (
+            'c.Authenticator.allow_all = True\nc.JupyterHub.ip = "10.0.0.5"',
+            Status.WARN,
+            "allow_all",
+        ),
+        ('c.JupyterHub.authenticator_class = "pam"', Status.PASS, "PAMAuthenticator"),
+    ],
+)
+def test_demo_logins_are_flagged_unless_only_this_machine_can_reach_them(
+    tmp_path, body, status, words
+):
+    finding = judge_logins(hubconfig.load(config_file(tmp_path, body)))
+    assert finding.status is status, finding
+    assert words in finding.detail
+    if status is Status.WARN:
+        assert (
+            "DummyAuthenticator" in finding.detail
+            or "allow_all" in finding.detail
+            or ("SharedPassword" in finding.detail)
+        )
+        assert "authenticator" in finding.fix
+
+
+def test_the_example_config_is_safe_as_shipped():
+    """scripts/hub's demo: dummy logins, but on 127.0.0.1 unless GPUSPAWNER_BIND_URL says so."""
+    site = hubconfig.load(Path(__file__).parents[2] / "jupyterhub_config.py", simulate_gpus=2)
+    assert judge_logins(site).status is Status.PASS
+    assert judge_container_settings(site).status is Status.PASS

@@ -100,6 +100,8 @@ def test_a_ready_host_passes_with_the_stand_in_hook(tmp_path):
     assert line(out, "Hub reachable from containers").endswith(
         f"connected to {gateway()}:{_port(tmp_path)} (a stand-in: the hub is not running)"
     )
+    assert line(out, "Container settings").startswith("PASS  Container settings: no setting gives")
+    assert line(out, "Logins").startswith("PASS  Logins: PAMAuthenticator")
     assert set(statuses(out).values()) == {"PASS", "WARN"}
     assert out.rstrip().endswith("0 failed")
 
@@ -241,3 +243,24 @@ def test_a_device_driver_dockerd_does_not_know_fails_with_the_restart_fix():
     probes = client.containers.list(all=True, filters={"label": dockerchecks.PROBE_LABEL})
     drivers = {r["Driver"] for p in probes for r in p.attrs["HostConfig"]["DeviceRequests"] or []}
     assert "gpuspawner-test-none" not in drivers  # the probe that failed to start is gone too
+
+
+def test_a_setting_that_reaches_the_host_fails_naming_it(tmp_path):
+    extra = 'c.GPUSpawner.extra_create_kwargs = {"host_config": {"privileged": True}}\n'
+    done = doctor(tmp_path, "-f", str(write_config(tmp_path, extra)))
+    assert done.returncode == 1
+    assert line(done.stdout, "Container settings").startswith(
+        "FAIL  Container settings: c.GPUSpawner.extra_create_kwargs sets privileged=True"
+    )
+
+
+def test_a_demo_login_open_to_the_network_is_a_warning(tmp_path):
+    extra = (
+        'c.JupyterHub.authenticator_class = "dummy"\nc.Authenticator.allow_all = True\n'
+        'c.JupyterHub.bind_url = "http://0.0.0.0:8000"\n'
+    )
+    done = doctor(tmp_path, "-f", str(write_config(tmp_path, extra)))
+    assert line(done.stdout, "Logins").startswith(
+        "WARN  Logins: DummyAuthenticator (any username logs in), allow_all = True"
+    )
+    assert "while the hub listens on 0.0.0.0" in done.stdout

@@ -20,8 +20,9 @@ HOLDING_A_CONTEXT = Telemetry(utilization_percent=0.0, processes=(42,))
         ([IDLE, BUSY], Busyness(), True),
         ([Telemetry(utilization_percent=4.9)], Busyness(threshold_percent=5), False),
         ([Telemetry(utilization_percent=5.0)], Busyness(threshold_percent=5), True),
-        ([HOLDING_A_CONTEXT], Busyness(), True),
-        ([HOLDING_A_CONTEXT], Busyness(processes_count=False), False),
+        # an idle kernel holding a CUDA context is idle, unless the admin says otherwise
+        ([HOLDING_A_CONTEXT], Busyness(), False),
+        ([HOLDING_A_CONTEXT], Busyness(processes_count=True), True),
         # unknown is never idle: no sample, no utilisation reading, an unhealthy GPU
         ([IDLE, None], Busyness(), None),
         ([Telemetry()], Busyness(), None),
