@@ -63,6 +63,33 @@ class GPUSettings(HasTraits):
             )
         return float(proposal.value)
 
+    usage_ledger_file = Unicode(
+        "gpuspawner-usage.sqlite",
+        config=True,
+        help="""The usage ledger: an SQLite file recording every grant's start, end, GPUs
+        and busy time, for the waiting line's fair order, GPU-hour budgets and
+        `gpuspawner usage`. A relative path is relative to the hub's working
+        directory, like JupyterHub's own database. Back it up with the hub's
+        database. Example: `c.GPUSpawner.usage_ledger_file = "/var/lib/jupyterhub/usage.sqlite"`.
+        """,
+    )
+    usage_retention_days = Float(
+        180.0,
+        config=True,
+        help="""Days the usage ledger keeps a grant after it ended; older ones are dropped
+        (hourly), so the file stays small. Reports and budgets look no further back.
+        Example: `c.GPUSpawner.usage_retention_days = 365`.""",
+    )
+
+    @validate("usage_retention_days")
+    def _positive_retention(self, proposal: Any) -> float:
+        if not proposal.value > 0:
+            raise TraitError(
+                f"c.GPUSpawner.usage_retention_days must be a number of days > 0, "
+                f"got {proposal.value!r}"
+            )
+        return float(proposal.value)
+
     ignore_gpu_containers = List(
         Unicode(),
         config=True,

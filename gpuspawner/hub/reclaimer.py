@@ -18,7 +18,7 @@ from typing import Any
 
 from jupyterhub.utils import utcnow
 
-from ..core.culling import Busyness, Verdict, decide
+from ..core.culling import Verdict, decide
 from ..core.pool import Grant
 from .broker import Broker
 from .monitor import Observation
@@ -28,7 +28,6 @@ from .monitor import Observation
 class Reclaimer:
     app: Any  # the JupyterHub application
     broker: Broker
-    busyness: Busyness
     log: logging.Logger
 
     async def __call__(self, observation: Observation) -> None:
@@ -37,7 +36,7 @@ class Reclaimer:
         grants = [g for g in broker.pool.grants() if not g.stopping]
         broker.idle.forget_all_but(g.key for g in grants)
         for grant in grants:
-            busy = self.busyness.of(observation.telemetry.get(u) for u in grant.uuids)
+            busy = observation.busy.get(grant.key)
             broker.idle.update(grant.key, busy, now)
             try:
                 user = self.app.users[grant.holder.user_id]
