@@ -28,7 +28,7 @@ from ..core.culling import IdleClock
 from ..core.gpus import Telemetry
 from ..core.pool import AlreadyHolding, Grant, Holder
 from ..engine.base import Engine, Seen
-from .ledger import Ledger
+from ..records.ledger import Ledger
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from ..core.gpus import gpus_in_words
 from ..engine.docker import DockerEngine
 from . import metrics, pages
 from .broker import Broker, KnownServers
-from .ledger import Ledger
+from ..records.ledger import Ledger
 from .monitor import Monitor
 from .reclaimer import Reclaimer
 

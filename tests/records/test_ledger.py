@@ -4,7 +4,7 @@ import pytest
 
 from gpuspawner.core.pool import Grant, Holder
 from gpuspawner.core.usage import UsageRecord
-from gpuspawner.hub.ledger import Ledger
+from gpuspawner.records.ledger import Ledger
 
 ANN = Holder(1, 10, "ann", "train")
 BOB = Holder(2, 11, "bob")
