@@ -15,6 +15,7 @@ from Docker, start the monitor and the reclaimer, and serve the GPU pages.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import inspect
 import time
@@ -28,9 +29,9 @@ from ..core.culling import Busyness
 from ..core.errors import GPUConfigError
 from ..core.gpus import gpus_in_words
 from ..engine.docker import DockerEngine
-from . import metrics, pages
-from .broker import Broker, KnownServers
 from ..records.ledger import Ledger
+from . import metrics, pages
+from .broker import Broker, BrokerNotRunning, KnownServers
 from .monitor import Monitor
 from .reclaimer import Reclaimer
 
@@ -84,8 +85,11 @@ def install(spawner_class: type) -> None:
 async def start_broker(app: Any, spawner_class: Any = None) -> Broker:
     """Check the config, rebuild the books from Docker, start the monitor, add the GPU pages.
 
-    A config error stops the hub with one line that says what to fix.
+    A config error stops the hub with one line that says what to fix. Once per
+    hub process: while a broker runs, this returns it and starts nothing more.
     """
+    with contextlib.suppress(BrokerNotRunning):
+        return Broker.current()
     spawner_class = spawner_class or app.spawner_class
     try:
         spawner = spawner_class.from_config(app.config)
