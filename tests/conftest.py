@@ -19,8 +19,8 @@ def hub_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[.
     """Start real hubs for a test module; stop them and remove their containers after."""
     hubs: list[Hub] = []
 
-    def make(config: str, start: bool = True) -> Hub:
-        hub = Hub(tmp_path_factory.mktemp("hub"), config)
+    def make(config: str, start: bool = True, env: dict[str, str] | None = None) -> Hub:
+        hub = Hub(tmp_path_factory.mktemp("hub"), config, env=env or {})
         hubs.append(hub)
         return hub.start() if start else hub
 
