@@ -20,8 +20,8 @@ def hub_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[.
     users' homes after."""
     hubs: list[Hub] = []
 
-    def make(config: str, start: bool = True) -> Hub:
-        hub = Hub(tmp_path_factory.mktemp("hub"), config)
+    def make(config: str, start: bool = True, env: dict[str, str] | None = None) -> Hub:
+        hub = Hub(tmp_path_factory.mktemp("hub"), config, env=env or {})
         hubs.append(hub)
         return hub.start() if start else hub
 

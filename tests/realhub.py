@@ -29,6 +29,7 @@ from gpuspawner.engine.docker import bridge_gateway
 # The GPU and CPU images scripts/testbed builds from images/ (the same variables name them there).
 NOTEBOOK_IMAGE = os.environ.get("GPUSPAWNER_NOTEBOOK_IMAGE", "gpuspawner-notebook:latest")
 CPU_IMAGE = os.environ.get("GPUSPAWNER_CPU_IMAGE", "gpuspawner-notebook-cpu:latest")
+BASE_IMAGE = "gpuspawner-base:bookworm"  # plain Debian, for containers started by hand
 PASSWORD = "test-password"
 
 # What this test session made, so its leftovers can be told from another run's (conftest.py).
@@ -102,6 +103,7 @@ class Hub:
     config: str
     token: str = field(default_factory=lambda: secrets.token_hex(16))
     prefix: str = field(default_factory=lambda: f"gst{secrets.token_hex(3)}")
+    env: dict[str, str] = field(default_factory=dict)  # for the hub process: DOCKER_HOST, …
     process: subprocess.Popen | None = None
 
     def __post_init__(self) -> None:
@@ -125,6 +127,7 @@ class Hub:
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            env={**os.environ, **self.env},
         )
         if wait:
             self.wait_until_up()
@@ -292,6 +295,11 @@ class Hub:
 
     def gpu_states(self) -> dict[str, str]:
         return {g["uuid"]: g["state"] for g in self.pool()["gpus"]}
+
+    def used_outside(self) -> dict[str, str]:
+        """GPU → who uses it outside JupyterHub, for the GPUs the pool keeps out as external."""
+        gpus = self.pool()["gpus"]
+        return {g["uuid"]: g["used_outside_hub_by"] for g in gpus if g["state"] == "external"}
 
     def containers(self, all: bool = False) -> list:
         """This hub's containers (by its name prefix)."""

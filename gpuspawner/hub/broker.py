@@ -204,6 +204,11 @@ class Broker:
                 self.log.warning("gpuspawner: %s is used outside JupyterHub (%s)", uuid, now)
             else:
                 self.log.info("gpuspawner: %s is no longer used outside JupyterHub", uuid)
+
+    def retry_removals(self) -> None:
+        """Ask Docker again to remove every ended server's container it has not confirmed
+        gone. Each monitor tick, whether or not Docker could list the containers: one it
+        cannot inspect (a 500) may still be removed, and that confirmed by a listing."""
         for grant in self.pool.grants():
             if grant.stopping and grant.key not in self._removing:
                 self._start_removal(grant.key)

@@ -1,11 +1,11 @@
 """The broker's eyes on the machine: every few seconds, Docker and NVML, read off the event loop.
 
 Each tick reads the containers and one telemetry sample per GPU in the
-broker's worker thread, then, back on the hub's loop, keeps out of the pool
-the GPUs that are unhealthy or used outside JupyterHub, retries removals
-Docker has not confirmed, and hands the observation to listeners (activity
-and culling). A failing read is logged and the tick skipped; it never stops
-the hub or a server.
+broker's worker thread, then, back on the hub's loop, retries the removals
+Docker has not confirmed (even when it could not list the containers), keeps
+out of the pool the GPUs that are unhealthy or used outside JupyterHub, and
+hands the observation to listeners (activity and culling). A failing read is
+logged and the rest of the tick skipped; it never stops the hub or a server.
 """
 
 from __future__ import annotations
@@ -98,6 +98,7 @@ class Monitor:
             if now - self._pruned >= PRUNE_EVERY:
                 broker.ledger.forget_before(now - self.usage_retention_seconds)
                 self._pruned = now
+        broker.retry_removals()
         if observation.containers is None:
             self.log.warning(
                 "gpuspawner: Docker did not answer (%s); GPUs used outside JupyterHub "
