@@ -9,7 +9,8 @@ a test runs the check, so an upgrade that moves the step fails loudly). The
 wrapper does nothing in a hub whose spawner is not a GPUSpawner.
 
 `start_broker` is what the wrapper runs: check the config, rebuild the books
-from Docker, start the monitor and the reclaimer, and serve the GPU pages.
+from Docker, start the monitor and the reclaimer, and serve the GPU pages and
+the lease API.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from ..core.culling import Busyness
 from ..core.errors import GPUConfigError
 from ..core.gpus import gpus_in_words
 from ..engine.docker import DockerEngine
-from . import metrics, pages
+from . import lease_api, metrics, pages
 from .broker import Broker, KnownServers
 from .monitor import Monitor
 from .reclaimer import Reclaimer
@@ -81,7 +82,8 @@ def install(spawner_class: type) -> None:
 
 
 async def start_broker(app: Any, spawner_class: Any = None) -> Broker:
-    """Check the config, rebuild the books from Docker, start the monitor, add the GPU pages.
+    """Check the config, rebuild the books from Docker, start the monitor, add the GPU pages
+    and the lease API.
 
     A config error stops the hub with one line that says what to fix.
     """
@@ -115,6 +117,7 @@ async def start_broker(app: Any, spawner_class: Any = None) -> Broker:
     monitor.start()
     metrics.register_once()
     pages.install(app)
+    lease_api.install(app)
     app.log.info(
         "gpuspawner: %d GPU(s) in the pool (%s), %d free",
         len(site.gpus),
