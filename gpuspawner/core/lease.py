@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from .limits import Limited
 from .words import at_clock, count_gpus, duration, from_group
 
+NOTIFICATION_LENGTH = 140  # JupyterLab cuts a notification's message after this many characters
+
 WARNED = ("max_age", "gpu_idle_timeout")
 LOOK_AGAIN_SECONDS = (5.0, 30.0)  # the soonest and the latest the lease should be read again
 
@@ -57,23 +59,22 @@ class Lease:
         return min(due, key=lambda d: d.stops_at or 0.0, default=None)
 
     def warning_says(self) -> str | None:
+        """The warning, short enough for JupyterLab's notifications (which cut at 140
+        characters): the details are in the deadline's own sentence."""
         deadline = self.warning
         if deadline is None or deadline.stops_at is None:
             return None
-        left = deadline.stops_at - self.now
-        when = f"at {at_clock(deadline.stops_at, self.now)} ({_in(left)})"
-        where = from_group(deadline.group)
+        when = f"at {at_clock(deadline.stops_at, self.now)} ({_in(deadline.stops_at - self.now)})"
         if deadline.key == "gpu_idle_timeout":
             idle = self.now - (deadline.stops_at - deadline.limit)
-            gpus, it = count_gpus(self.gpus), _it(self.gpus)
             return (
-                f"Your {gpus} {_has(self.gpus)} been idle for {duration(idle)}: {when} "
-                f"{it} {_goes(self.gpus)} back to the pool and this server stops "
-                f"(gpu_idle_timeout{where}). Use {_it_object(self.gpus)}, or save your work now."
+                f"This server stops {when}: its {count_gpus(self.gpus)} {_has(self.gpus)} been "
+                f"idle for {duration(idle)} (gpu_idle_timeout). "
+                f"Use {_it_object(self.gpus)} or save your work."
             )
         return (
             f"This server stops {when}: a GPU server may run {duration(deadline.limit)} "
-            f"(max_age{where}). Save your work now."
+            "(max_age). Save your work now."
         )
 
     def summary(self) -> str:

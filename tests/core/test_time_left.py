@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gpuspawner.core.culling import decide
-from gpuspawner.core.lease import Lease, lease
+from gpuspawner.core.lease import NOTIFICATION_LENGTH, Lease, lease
 from gpuspawner.core.limits import Limited
 
 T0 = datetime(2026, 11, 30, 9, 0, tzinfo=UTC).timestamp()
@@ -92,9 +92,8 @@ def test_the_warning_starts_warn_before_the_gpu_idle_stop(idle_minutes, warned):
     assert (current.warning is not None) is warned
     if warned and idle_minutes == 45:
         assert current.warning_says() == (
-            "Your 1 GPU has been idle for 45 min: at 10:15 UTC (in 15 min) it goes back to "
-            "the pool and this server stops (gpu_idle_timeout of group students). "
-            "Use it, or save your work now."
+            "This server stops at 10:15 UTC (in 15 min): its 1 GPU has been idle for 45 min "
+            "(gpu_idle_timeout). Use it or save your work."
         )
 
 
@@ -115,7 +114,7 @@ def test_the_soonest_stop_is_the_one_warned_of(max_age_minutes, warned_of):
     if warned_of == "max_age":
         assert current.warning_says() == (
             "This server stops at 10:02 UTC (in 4 min): a GPU server may run 1 h 2 min "
-            "(max_age of group x). Save your work now."
+            "(max_age). Save your work now."
         )
 
 
@@ -183,3 +182,17 @@ def test_the_stop_comes_when_the_lease_says_never_earlier(durations, idle_from, 
     if warn_before >= 1:
         assert then.warning is not None and before.warning is not None
         assert at(first - warn_before - 1).warning is None
+
+
+@given(
+    gpus=st.integers(1, 16),
+    limit=st.integers(60, 48 * 3600),
+    warn_before=st.integers(1, 12 * 3600),
+    key=st.sampled_from(["max_age", "gpu_idle_timeout"]),
+)
+def test_a_warning_fits_a_jupyterlab_notification(gpus, limit, warn_before, key):
+    now = T0 + limit - min(warn_before, limit) + 0.5  # within the warning, before the stop
+    durations = {key: Limited(limit, "g" * 40)}
+    current = lease_at(now, gpus=gpus, idle_since=T0, durations=durations, warn_before=warn_before)
+    assert current.warning is not None
+    assert len(current.warning_says()) <= NOTIFICATION_LENGTH
