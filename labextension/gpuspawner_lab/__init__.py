@@ -8,9 +8,12 @@ server's own token, which the browser never sees.
 
 from __future__ import annotations
 
+from importlib.metadata import version
 from typing import Any
 
 from .handlers import setup_handlers
+
+__version__ = version("gpuspawner-lab")
 
 
 def _jupyter_labextension_paths() -> list[dict[str, str]]:
