@@ -51,6 +51,9 @@ def base_config(token: str, prefix: str, hub_ip: str) -> str:
         c.DockerSpawner.prefix = {prefix!r}
         c.DockerSpawner.pull_policy = "never"
         c.DockerSpawner.remove = True
+        # Homes as GPUSpawner's default keeps them, named for this hub (the session check and
+        # remove_volumes find them by the prefix), so no test touches a real user's home.
+        c.DockerSpawner.volumes = {{"{{prefix}}-home-{{username}}": "/home/jovyan"}}
         c.DockerSpawner.poll_interval = 1
         c.DockerSpawner.start_timeout = 60
         c.DockerSpawner.http_timeout = 60
@@ -174,6 +177,19 @@ class Hub:
     def remove_containers(self) -> None:
         for container in self.containers(all=True):
             container.remove(force=True)
+
+    def remove_volumes(self) -> None:
+        """The homes this hub's users got (after remove_containers: Docker keeps a used one)."""
+        for volume in self.volumes():
+            volume.remove(force=True)
+
+    def volumes(self) -> list:
+        found = self.docker.volumes.list(filters={"name": self.prefix})
+        return [v for v in found if v.name.startswith(self.prefix)]
+
+    def home_of(self, user: str) -> str:
+        """The name of `user`'s home volume, as base_config names it."""
+        return f"{self.prefix}-home-{user}"
 
     def log(self) -> str:
         return self.log_file.read_text(errors="replace") if self.log_file.exists() else ""

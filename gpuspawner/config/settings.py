@@ -63,6 +63,33 @@ class GPUSettings(HasTraits):
             )
         return float(proposal.value)
 
+    usage_ledger_file = Unicode(
+        "gpuspawner-usage.sqlite",
+        config=True,
+        help="""The usage ledger: an SQLite file recording every grant's start, end, GPUs
+        and busy time, for the waiting line's fair order, GPU-hour budgets and
+        `gpuspawner usage`. A relative path is relative to the hub's working
+        directory, like JupyterHub's own database. Back it up with the hub's
+        database. Example: `c.GPUSpawner.usage_ledger_file = "/var/lib/jupyterhub/usage.sqlite"`.
+        """,
+    )
+    usage_retention_days = Float(
+        180.0,
+        config=True,
+        help="""Days the usage ledger keeps a grant after it ended; older ones are dropped
+        (hourly), so the file stays small. Reports and budgets look no further back.
+        Example: `c.GPUSpawner.usage_retention_days = 365`.""",
+    )
+
+    @validate("usage_retention_days")
+    def _positive_retention(self, proposal: Any) -> float:
+        if not proposal.value > 0:
+            raise TraitError(
+                f"c.GPUSpawner.usage_retention_days must be a number of days > 0, "
+                f"got {proposal.value!r}"
+            )
+        return float(proposal.value)
+
     ignore_gpu_containers = List(
         Unicode(),
         config=True,
@@ -95,12 +122,17 @@ class GPUSettings(HasTraits):
         clock stops.""",
     )
     gpu_processes_count_as_busy = Bool(
-        True,
+        False,
         config=True,
         help="""Count a GPU with compute processes as busy, whatever its utilisation.
 
-        True keeps any server whose kernel holds a CUDA context; set False to
-        reclaim GPUs held by idle notebooks that keep a model loaded.""",
+        Off by default: a notebook kernel that once touched the GPU keeps a CUDA
+        context (a process) while it sits idle, so with this on an idle notebook
+        never counts as idle and gpu_idle_timeout never returns its GPU
+        (benchmarks/README.md, "Utilisation over a week", measures the cost:
+        16 % of held GPU-hours busy, against 56 % with it off). Turn it on to
+        spare servers that keep a model loaded between runs. Example:
+        `c.GPUSpawner.gpu_processes_count_as_busy = True`.""",
     )
     warn_before_cull = Float(
         900.0,
@@ -191,4 +223,23 @@ class GPUSettings(HasTraits):
         config=True,
         help="""Folders searched for `gpuspawner_form.html` before the packaged
         template, to restyle the spawn form.""",
+    )
+    notebook_uid = Integer(
+        1000,
+        config=True,
+        help="""The uid the notebook runs as inside its container (jovyan in gpuspawner's
+        images and in Jupyter's docker-stacks).
+
+        Host folders the hub creates for `volumes` (homes such as
+        `/srv/home/{username}`) are given to this uid, mode 0700, so the notebook
+        can write them. Folders that already exist are left as they are. Named
+        volumes need nothing: Docker copies the image's folder, owner included,
+        into an empty volume. Example: `c.GPUSpawner.notebook_uid = 1000`.""",
+    )
+    notebook_gid = Integer(
+        1000,
+        config=True,
+        help="""The group id given, with `notebook_uid`, to host folders the hub creates for
+        `volumes`. 1000 in gpuspawner's images; 100 (users) in Jupyter's docker-stacks.
+        Example: `c.GPUSpawner.notebook_gid = 100`.""",
     )

@@ -28,6 +28,7 @@ from ..core.culling import IdleClock
 from ..core.gpus import Telemetry
 from ..core.pool import AlreadyHolding, Grant, Holder
 from ..engine.base import Engine, Seen
+from ..records.ledger import Ledger
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,7 @@ class Broker:
         *,
         ignore_containers: Iterable[str] = (),
         clock: Callable[[], float] = time.time,
+        ledger: Ledger | None = None,
     ) -> None:
         self.site = site
         self.pool = site.new_pool(clock)
@@ -82,6 +84,7 @@ class Broker:
         self._containers: dict[int, set[str]] = {}  # grant key → container ids known to hold it
         self._removing: dict[int, asyncio.Task[None]] = {}
         self.stoppables: list[Callable[[], None]] = []  # the monitor and friends, for shutdown
+        self.ledger = ledger  # the usage ledger: every grant's start, end and busy time
 
     # --- one per hub process -------------------------------------------------
     @classmethod
@@ -106,6 +109,8 @@ class Broker:
             task.cancel()
         if Broker._current is self:
             Broker._current = None
+        if self.ledger is not None:
+            self.ledger.close()
         self.executor.shutdown(wait=False, cancel_futures=True)
 
     # --- recovery -------------------------------------------------------------
@@ -155,6 +160,16 @@ class Broker:
                 container.name,
             )
         self.note_containers(containers, {})
+        if self.ledger is not None:
+            for grant in self.pool.grants():
+                self.ledger.opened(grant, len(grant.uuids))
+            for record in self.ledger.close_all_but(g.key for g in self.pool.grants()):
+                self.log.info(
+                    "gpuspawner: %s's grant of %s GPU(s) ended while the hub was away; "
+                    "recorded as ending when the hub last saw it",
+                    record.user,
+                    f"{record.gpus:g}",
+                )
 
     def is_ours(self, container: Seen) -> bool:
         """One of this hub's servers (another hub may share the engine)."""
@@ -200,7 +215,10 @@ class Broker:
     # --- spawners ---------------------------------------------------------------
     def reserve(self, holder: Holder, count: int, admit: Callable[..., str | None]) -> Grant:
         """GPUs for a starting server (NotEnoughGPUs, or what `admit` raises, refuses)."""
-        return self.pool.allocate(holder, count, admit)
+        grant = self.pool.allocate(holder, count, admit)
+        if grant.uuids and self.ledger is not None:
+            self.ledger.opened(grant, len(grant.uuids))
+        return grant
 
     def grant_of(self, key: int) -> Grant | None:
         return self.pool.grant_of(key)
@@ -254,6 +272,8 @@ class Broker:
                     )
                 return
             released = self.pool.release(key)
+            if released is not None and self.ledger is not None:
+                self.ledger.ended(key, self.clock())
             self._containers.pop(key, None)
             if released is not None:
                 self.log.info(

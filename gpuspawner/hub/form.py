@@ -31,6 +31,19 @@ class ProfileRow:
     checked: bool = False
 
 
+@dataclass(frozen=True)
+class NoticeRow:
+    """A stop notice on the form, with its button to start that server again on CPU."""
+
+    text: str
+    restart_slug: str = ""
+    restart_name: str = ""
+    restart_action: str = ""  # that server's spawn URL, with the page's XSRF token
+
+    def __str__(self) -> str:  # admin templates written for plain-text notices still work
+        return self.text
+
+
 def hardware(gpus: int, inventory: Sequence[GPU]) -> str:
     if gpus == 0:
         return "no GPU"

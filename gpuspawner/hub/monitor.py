@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from tornado.ioloop import PeriodicCallback
 
+from ..core.culling import Busyness
 from ..core.gpus import Telemetry
 from ..engine.base import Seen
 from .broker import Broker
@@ -27,9 +28,11 @@ class Observation:
     telemetry: dict[str, Telemetry]
     containers: list[Seen] | None  # None: Docker did not answer this time
     docker_error: str | None = None
+    busy: dict[int, bool | None] = field(default_factory=dict)  # by grant key, from `apply`
 
 
 Listener = Callable[[Observation], Awaitable[None] | None]
+PRUNE_EVERY = 3600.0  # seconds between two drops of ledger rows past the retention
 
 
 @dataclass
@@ -38,10 +41,13 @@ class Monitor:
     log: logging.Logger
     interval_seconds: float = 10.0
     avoid_foreign_processes: bool = False
+    busyness: Busyness = field(default_factory=Busyness)
+    usage_retention_seconds: float = 180 * 24 * 3600.0
     listeners: list[Listener] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self._callback: PeriodicCallback | None = None
+        self._pruned = float("-inf")
 
     def start(self) -> None:
         self._callback = PeriodicCallback(self.tick, self.interval_seconds * 1000)
@@ -79,8 +85,19 @@ class Monitor:
         return Observation(telemetry, containers)
 
     def apply(self, observation: Observation) -> None:
-        self.broker.telemetry = observation.telemetry
+        broker = self.broker
+        broker.telemetry = observation.telemetry
         self._follow_health(observation.telemetry)
+        for grant in broker.pool.grants():
+            if not grant.stopping:
+                samples = (observation.telemetry.get(u) for u in grant.uuids)
+                observation.busy[grant.key] = self.busyness.of(samples)
+        if broker.ledger is not None:
+            now = broker.clock()
+            broker.ledger.seen(now, observation.busy)
+            if now - self._pruned >= PRUNE_EVERY:
+                broker.ledger.forget_before(now - self.usage_retention_seconds)
+                self._pruned = now
         if observation.containers is None:
             self.log.warning(
                 "gpuspawner: Docker did not answer (%s); GPUs used outside JupyterHub "

@@ -4,7 +4,8 @@ A monitor listener. For every server holding GPUs, each tick: a busy GPU
 counts as activity (the same fields the hub's activity API sets, written
 in-process, so jupyterhub-idle-culler spares a training run that prints
 nothing), and a server over its `max_age` or `gpu_idle_timeout` is stopped
-through the hub, with a notice its user reads on the next spawn page.
+through the hub, with a notice its user reads on the next spawn page (their files
+are kept, and they may go on without the GPUs).
 A stop that fails is tried again on the next tick. Servers are found by the
 ids in their grant, so a renamed user's server is found all the same.
 """
@@ -17,7 +18,7 @@ from typing import Any
 
 from jupyterhub.utils import utcnow
 
-from ..core.culling import Busyness, Verdict, decide, notice
+from ..core.culling import Verdict, decide
 from ..core.pool import Grant
 from .broker import Broker
 from .monitor import Observation
@@ -27,7 +28,6 @@ from .monitor import Observation
 class Reclaimer:
     app: Any  # the JupyterHub application
     broker: Broker
-    busyness: Busyness
     log: logging.Logger
 
     async def __call__(self, observation: Observation) -> None:
@@ -36,7 +36,7 @@ class Reclaimer:
         grants = [g for g in broker.pool.grants() if not g.stopping]
         broker.idle.forget_all_but(g.key for g in grants)
         for grant in grants:
-            busy = self.busyness.of(observation.telemetry.get(u) for u in grant.uuids)
+            busy = observation.busy.get(grant.key)
             broker.idle.update(grant.key, busy, now)
             try:
                 user = self.app.users[grant.holder.user_id]
@@ -73,7 +73,7 @@ class Reclaimer:
         spawner = user.spawners.get(server)
         if spawner is None or not spawner.ready:
             return  # starting or already stopping: look again next tick
-        spawner.stop_notice = notice(server, now, verdict.reason)
+        spawner.note_stop(now, verdict.reason)
         self.log.warning("gpuspawner: stopping %s: %s", spawner._log_name, verdict.reason)
         try:
             await self.app.proxy.delete_user(user, server)

@@ -29,6 +29,7 @@ from ..core.culling import Busyness
 from ..core.errors import GPUConfigError
 from ..core.gpus import gpus_in_words
 from ..engine.docker import DockerEngine
+from ..records.ledger import Ledger
 from . import lease_api, metrics, pages
 from .broker import Broker, KnownServers
 from .monitor import Monitor
@@ -98,7 +99,12 @@ async def start_broker(app: Any, spawner_class: Any = None) -> Broker:
         raise  # app.exit raises SystemExit; a test's app may not
     engine = DockerEngine.connect(spawner.client_kwargs, spawner.tls_config)
     broker = Broker(
-        site, engine, spawner.prefix, app.log, ignore_containers=spawner.ignore_gpu_containers
+        site,
+        engine,
+        spawner.prefix,
+        app.log,
+        ignore_containers=spawner.ignore_gpu_containers,
+        ledger=Ledger(spawner.usage_ledger_file),
     )
     started = time.perf_counter()
     containers = await _blocking(broker, engine.containers)
@@ -110,10 +116,14 @@ async def start_broker(app: Any, spawner_class: Any = None) -> Broker:
     )
     broker.install()
     monitor = Monitor(
-        broker, app.log, spawner.monitor_interval, spawner.avoid_gpus_with_foreign_processes
+        broker,
+        app.log,
+        spawner.monitor_interval,
+        spawner.avoid_gpus_with_foreign_processes,
+        Busyness(spawner.gpu_busy_threshold, spawner.gpu_processes_count_as_busy),
+        spawner.usage_retention_days * 24 * 3600,
     )
-    busyness = Busyness(spawner.gpu_busy_threshold, spawner.gpu_processes_count_as_busy)
-    monitor.listeners.append(Reclaimer(app, broker, busyness, app.log))
+    monitor.listeners.append(Reclaimer(app, broker, app.log))
     monitor.start()
     metrics.register_once()
     pages.install(app)

@@ -20,8 +20,9 @@ HOLDING_A_CONTEXT = Telemetry(utilization_percent=0.0, processes=(42,))
         ([IDLE, BUSY], Busyness(), True),
         ([Telemetry(utilization_percent=4.9)], Busyness(threshold_percent=5), False),
         ([Telemetry(utilization_percent=5.0)], Busyness(threshold_percent=5), True),
-        ([HOLDING_A_CONTEXT], Busyness(), True),
-        ([HOLDING_A_CONTEXT], Busyness(processes_count=False), False),
+        # an idle kernel holding a CUDA context is idle, unless the admin says otherwise
+        ([HOLDING_A_CONTEXT], Busyness(), False),
+        ([HOLDING_A_CONTEXT], Busyness(processes_count=True), True),
         # unknown is never idle: no sample, no utilisation reading, an unhealthy GPU
         ([IDLE, None], Busyness(), None),
         ([Telemetry()], Busyness(), None),
@@ -79,6 +80,13 @@ def test_notice_says_which_server_when_and_why():
         "Your server 'train' was stopped at 2027-01-15 08:00 UTC: its 1 GPU was idle for 2 h 0 min."
     )
     assert notice("", 0, "x").startswith("Your default server was stopped at 1970-01-01 00:00 UTC")
+
+
+def test_notice_says_the_files_are_kept_only_where_a_home_keeps_them():
+    assert notice("", 0, "x", kept_in="/home/jovyan").endswith(
+        ": x. Your files in /home/jovyan are kept."
+    )
+    assert "kept" not in notice("", 0, "x")
 
 
 def test_the_culler_arbiter_prefers_the_servers_group_timeout():

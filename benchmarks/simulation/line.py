@@ -1,0 +1,43 @@
+"""gpuspawner's waiting line (`core.queue`), run as the hub would run it, for the queue row.
+
+With a line, a start that finds no room is not refused: it waits in line, and
+every minute `queue.in_order` orders the line (recent GPU-hours from the
+grants' `usage.UsageRecord`s, decayed with `usage.decayed_gpu_hours`) and
+`queue.starting_now` says who starts, with backfill and a reservation for the
+head. The hub side of the queue does not exist yet; this is what it would
+decide, from the same functions. No group has a priority yet (limits have no
+such key), so all wait at priority 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+
+from gpuspawner.core.queue import DEFAULT_RESERVE_AFTER, Waiting, in_order, starting_now
+from gpuspawner.core.usage import UsageRecord, decayed_gpu_hours
+
+
+class Line:
+    def __init__(self, reserve_after: float = DEFAULT_RESERVE_AFTER) -> None:
+        self.reserve_after = reserve_after
+        self.ended: list[UsageRecord] = []
+        self.running: dict[int, UsageRecord] = {}  # by server key
+
+    def granted(self, key: int, user_id: int, user: str, gpus: int, now: float) -> None:
+        self.running[key] = UsageRecord(user_id, user, "", None, gpus, now)
+
+    def released(self, key: int, now: float) -> None:
+        record = self.running.pop(key, None)
+        if record is not None:
+            self.ended.append(replace(record, end=now))
+
+    def starting(
+        self, waiting: Sequence[Waiting], start: Callable[[Waiting], bool], now: float
+    ) -> list[Waiting]:
+        """Who of `waiting` starts now; `start` tries to give one its GPUs, for real."""
+        recent = {}
+        if len(waiting) > 1:  # the order matters only with two or more in line
+            recent = decayed_gpu_hours([*self.ended, *self.running.values()], now)
+        ordered = in_order(waiting, recent)
+        return starting_now(ordered, lambda w, _: start(w), now, self.reserve_after)

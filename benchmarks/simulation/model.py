@@ -1,0 +1,326 @@
+"""A trace replayed through the real core, minute by minute, on a clock the simulator owns.
+
+Each simulated minute does what the hub and the people do in it:
+1. people who want a GPU server ask: `Pool.allocate` with the person's
+   `UserLimits.admit`, exactly as a spawn does. A refusal (409 no capacity, 403
+   a limit) sends them away to try again RETRY_MINUTES later; with the queue,
+   they wait in line instead, and the line (`line.Line`) says who starts;
+2. gpuspawner's monitor (where the policy has it) samples each server's GPUs
+   into `Telemetry`, asks `Busyness.of`, keeps `IdleClock`, counts busy GPUs as
+   activity and stops what `culling.decide` says; jupyterhub-idle-culler (where
+   the policy has it) stops what `culling.idle_arbiter` says, from the server's
+   last activity and its group's idle_timeout;
+3. the minute is counted: GPUs held, busy, and wanted by people still waiting;
+4. every session moves one minute along its pattern; one that ends stops its
+   server, or leaves it running with the tab closed or open.
+
+People, as modelled (each a stated assumption, see benchmarks/README.md):
+- a refused person retries every RETRY_MINUTES until they get their GPUs, and
+  then does all the work they came for: waiting shifts work, it loses none;
+- a person whose server is stopped while they still work comes back when the
+  segment they were in would have ended (the end of their pause, or of the run
+  they expected), asks again, and goes on from the next segment; a stopped
+  busy segment is lost and run again from its start (no checkpoint), this time
+  with the person at the notebook (whoever lost a run to the culler stays);
+- someone coming back to a server of theirs that is still running uses it
+  (when it has the GPUs they want; otherwise they stop it and ask anew);
+- starting and removing a container take no time (seconds, against minutes).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from gpuspawner.core.culling import IdleClock, decide, idle_arbiter
+from gpuspawner.core.gpus import Telemetry
+from gpuspawner.core.limits import LimitExceeded, UserLimits
+from gpuspawner.core.pool import Admission, Holder, NotEnoughGPUs, Pool
+from gpuspawner.core.queue import Waiting
+
+from .line import Line
+from .measures import Outcome
+from .policies import Policy
+from .site import Site
+from .trace import Segment, Session
+
+RETRY_MINUTES = 5
+MINUTE = 60.0
+WORKING = Telemetry(utilization_percent=100.0, processes=(1,))
+IDLE_WITH_KERNEL = Telemetry(utilization_percent=0.0, processes=(1,))
+IDLE = Telemetry(utilization_percent=0.0)
+
+
+@dataclass
+class Work:
+    """One session's progress: asking for a server, working on one, or done."""
+
+    session: Session
+    order: int
+    key: int  # the server's spawner id: one per (user, server name)
+    user_id: int
+    limits: UserLimits
+    gpus: int  # what it asks for (the fixed split caps it to the person's own GPUs)
+    segment: int = 0
+    elapsed: int = 0  # minutes into the segment
+    due: float = 0.0  # when it asks (again)
+    asked: float | None = None  # its first request since it last had a server
+    rerun: int | None = None  # a segment whose run was stopped: run again, at the notebook
+
+    def segment_now(self) -> Segment:
+        segment = self.session.pattern[self.segment]
+        if self.rerun == self.segment and not segment.present:
+            return Segment("B", segment.minutes)
+        return segment
+
+    @property
+    def finished(self) -> bool:
+        return self.segment >= len(self.session.pattern)
+
+
+@dataclass
+class Server:
+    work: Work | None  # None: nobody works on it, it runs on ("lingers")
+    user: str
+    key: int
+    gpus: int
+    since: float
+    limits: UserLimits
+    idle_processes: bool
+    last_activity: float
+    tab_open: bool = True
+    busy: bool = False  # this minute
+
+
+class Replay:
+    def __init__(
+        self, sessions: list[Session], site: Site, policy: Policy, start: datetime, minutes: int
+    ) -> None:
+        self.site, self.policy, self.minutes = site, policy, minutes
+        self.now = 0.0
+        self.out = Outcome(site.gpus)
+        self.idle = IdleClock()
+        self.servers: dict[int, Server] = {}
+        users = list(dict.fromkeys(s.user for s in sessions))
+        keys = list(dict.fromkeys((s.user, s.server) for s in sessions))
+        self.pools = self._books(users)
+        self.arrivals = [
+            self._work(i, s, users.index(s.user), keys.index((s.user, s.server)), start)
+            for i, s in enumerate(sessions)
+        ]
+        self.asking: list[Work] = []
+        self.line = Line() if policy.queue else None
+
+    def _books(self, users: list[str]) -> dict[str, Pool]:
+        """The pool each person draws from: one shared, or for the fixed split, their own
+        GPUs, dealt round-robin (with more people than GPUs, some people share one)."""
+        uuids = self.site.uuids
+        clock = lambda: self.now  # noqa: E731
+        if not self.policy.fixed:
+            shared = Pool(uuids, clock=clock)
+            return {user: shared for user in users}
+        dealt: dict[str, list[str]] = {user: [] for user in users}
+        for k in range(max(len(uuids), len(users))):
+            dealt[users[k % len(users)]].append(uuids[k % len(uuids)])
+        pools: dict[tuple[str, ...], Pool] = {}
+        return {
+            user: pools.setdefault(tuple(own), Pool(own, clock=clock))
+            for user, own in dealt.items()
+        }
+
+    def _work(self, order: int, s: Session, user_id: int, key: int, start: datetime) -> Work:
+        gpus = min(s.gpus, len(self.pools[s.user].uuids))
+        self.out.capped += gpus < s.gpus
+        due = (s.arrival - start).total_seconds()
+        return Work(s, order, key, user_id, self.site.limits.for_user(s.groups), gpus, due=due)
+
+    def run(self) -> Outcome:
+        for minute in range(self.minutes):
+            self.now = minute * MINUTE
+            self.ask()
+            self.watch()
+            self.count()
+            self.advance()
+        self.out.still_waiting = [self.now - w.asked for w in self.asking if w.asked is not None]
+        return self.out
+
+    # --- 1. people ask -----------------------------------------------------------------
+    def ask(self) -> None:
+        while self.arrivals and self.arrivals[0].due <= self.now:
+            self.asking.append(self.arrivals.pop(0))
+        needing: dict[int, Work] = {}
+        for work in sorted(self.asking, key=lambda w: (w.due, w.order)):
+            if work.due > self.now:
+                continue
+            ready = self.ready(work)
+            if ready is None and self.line is None:
+                ready = self.grant(work)
+            if ready:
+                self.asking.remove(work)
+            elif ready is None:
+                needing[work.key] = work
+        if self.line is not None and needing:
+            line = [
+                Waiting(w.key, w.user_id, "", 0, w.gpus, w.asked or 0.0) for w in needing.values()
+            ]
+            for started in self.line.starting(line, lambda w: self.grant(needing[w.key]), self.now):
+                self.asking.remove(needing[started.key])
+
+    def ready(self, work: Work) -> bool | None:
+        """True: `work` goes on on a server of theirs still running; False: it waits for its
+        own earlier session to end; None: it needs GPUs (from now on it is waiting)."""
+        server = self.servers.get(work.key)
+        if server is not None and server.work is not None:
+            work.due = self.now + MINUTE
+            return False
+        if server is not None:
+            if server.gpus == work.gpus:
+                self._resume(server, work)
+                return True
+            self.stop(server)  # the person stops it, to ask for another size
+        if work.asked is None:
+            work.asked = self.now
+        return None
+
+    def grant(self, work: Work) -> bool:
+        """Whether the pool gives `work` its GPUs now; refused, it asks again later (or, with
+        a line, stays in it and is looked at again next minute)."""
+        s = work.session
+        holder = Holder(work.key, work.user_id, s.user, s.server)
+        admit = None if self.policy.fixed else self._admission(work)
+        try:
+            grant = self.pools[s.user].allocate(holder, work.gpus, admit)
+        except (NotEnoughGPUs, LimitExceeded) as refusal:
+            if self.line is None:
+                reason = "capacity" if isinstance(refusal, NotEnoughGPUs) else "limit"
+                self.out.refusals[reason] += 1
+            work.due = self.now + (RETRY_MINUTES if self.line is None else 1) * MINUTE
+            return False
+        self.out.waits.append(self.now - (work.asked or self.now))
+        work.asked = None
+        self.servers[work.key] = Server(
+            work=work,
+            user=s.user,
+            key=work.key,
+            gpus=len(grant.uuids),
+            since=grant.since,
+            limits=work.limits,
+            idle_processes=s.idle_processes,
+            last_activity=self.now,
+        )
+        if self.line is not None:
+            self.line.granted(work.key, work.user_id, s.user, len(grant.uuids), self.now)
+        return True
+
+    def _admission(self, work: Work) -> Admission:
+        return lambda usage: work.limits.admit(work.gpus, work.user_id, usage)
+
+    def _resume(self, server: Server, work: Work) -> None:
+        server.work, server.tab_open, server.last_activity = work, True, self.now
+        server.limits, server.idle_processes = work.limits, work.session.idle_processes
+
+    # --- 2. the hub watches ----------------------------------------------------------------
+    def watch(self) -> None:
+        self.idle.forget_all_but(self.servers)
+        for server in list(self.servers.values()):
+            segment = server.work.segment_now() if server.work else None
+            server.busy = segment is not None and segment.busy
+            if segment.present if segment is not None else server.tab_open:
+                server.last_activity = self.now
+            why = self._verdict(server)
+            if why is not None:
+                self.cull(server, why)
+
+    def _verdict(self, server: Server) -> str | None:
+        """Why the hub stops this server now, or None."""
+        busyness = self.policy.monitor
+        if busyness is not None:
+            kernel = WORKING if server.busy else IDLE_WITH_KERNEL if server.idle_processes else IDLE
+            active = busyness.of([kernel] * server.gpus)
+            self.idle.update(server.key, active, self.now)
+            if active:
+                server.last_activity = self.now
+            verdict = decide(
+                server.key,
+                server.gpus,
+                server.since,
+                self.idle.idle_since.get(server.key),
+                server.limits.durations,
+                self.now,
+            )
+            if verdict is not None:
+                return "max_age" if "(max_age" in verdict.reason else "gpu_idle_timeout"
+        if self.policy.culler:
+            limit = server.limits.duration("idle_timeout" if server.gpus else "cpu_idle_timeout")
+            state = {} if limit.value is None else {"idle_timeout": limit.value}
+            if idle_arbiter(
+                inactive=timedelta(seconds=self.now - server.last_activity),
+                inactive_limit=int(self.site.culler_timeout),
+                server={"state": state},
+            ):
+                return "idle_timeout" if state else "culler timeout"
+        return None
+
+    def cull(self, server: Server, why: str) -> None:
+        self.out.culls[why] += 1
+        self.stop(server)
+        work = server.work
+        if work is None:
+            return
+        self.out.interrupted += 1
+        segment = work.segment_now()
+        work.due = self.now + (segment.minutes - work.elapsed) * MINUTE
+        if segment.busy:
+            self.out.runs_killed += 1
+            self.out.lost += work.elapsed * server.gpus
+            work.rerun = work.segment
+        else:
+            work.segment += 1
+        work.elapsed = 0
+        if not work.finished:
+            self.asking.append(work)
+
+    def stop(self, server: Server) -> None:
+        """The server ends and its container is gone: its GPUs go back, as in the hub."""
+        pool = self.pools[server.user]
+        pool.begin_release(server.key)
+        pool.release(server.key)
+        del self.servers[server.key]
+        if self.line is not None:
+            self.line.released(server.key, self.now)
+
+    # --- 3. the minute is counted ----------------------------------------------------------
+    def count(self) -> None:
+        held = sum(s.gpus for s in self.servers.values())
+        busy = sum(s.gpus for s in self.servers.values() if s.busy)
+        wanted = sum(w.gpus for w in self.asking if w.asked is not None)
+        self.out.record(self.site.gpus if self.policy.fixed else held, busy, wanted)
+
+    # --- 4. people work ----------------------------------------------------------------------
+    def advance(self) -> None:
+        for server in list(self.servers.values()):
+            work = server.work
+            if work is None:
+                continue
+            work.elapsed += 1
+            if work.elapsed < work.session.pattern[work.segment].minutes:
+                continue
+            work.segment, work.elapsed = work.segment + 1, 0
+            if not work.finished:
+                continue
+            then = work.session.then
+            if then == "stop":
+                self.stop(server)
+            else:
+                server.work, server.tab_open = None, then == "open"
+
+
+def replay(
+    sessions: list[Session], site: Site, policy: Policy, minutes: int | None = None
+) -> Outcome:
+    """Replay `sessions` from midnight of the first arrival, for whole weeks (or `minutes`)."""
+    start = datetime.combine(sessions[0].arrival.date(), datetime.min.time())
+    if minutes is None:
+        weeks = (sessions[-1].arrival - start).days // 7 + 1
+        minutes = weeks * 7 * 24 * 60
+    return Replay(sessions, site, policy, start, minutes).run()

@@ -1,0 +1,55 @@
+"""The ways of sharing the machine the simulator compares, each as a few switches.
+
+Every pool policy runs the same real core (pool, placement, limits); they
+differ in who stops idle servers:
+- nobody (people stop their own servers, or not);
+- jupyterhub-idle-culler alone, as in a JupyterHub without gpuspawner's
+  monitor: only Jupyter activity (a browser tab, a person at the notebook)
+  keeps a server alive, so an unattended training run counts as idle;
+- gpuspawner's monitor as well: busy GPUs count as activity, and
+  gpu_idle_timeout / max_age stop servers through `culling.decide`. Once as
+  the site says what a busy GPU is (as shipped: utilisation alone), once with
+  compute processes counting too (gpu_processes_count_as_busy = True, the
+  default until the first run of this simulator showed what it costs).
+The baseline is the machine split up front: each person uses only the GPUs
+dealt to them, which nobody else may take, all week.
+The queue row adds gpuspawner's waiting line (core.queue, whose hub side is
+still to come) to the best of the culling policies: a start that finds no
+room waits in line instead of being refused. There is no GPU slicing yet:
+when it comes, it is one more row here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from gpuspawner.core.culling import Busyness
+
+from .site import Site
+
+
+@dataclass(frozen=True)
+class Policy:
+    name: str
+    fixed: bool = False  # GPUs dealt to people up front, instead of one shared pool
+    culler: bool = False  # jupyterhub-idle-culler runs (idle_timeout, or its own --timeout)
+    monitor: Busyness | None = None  # gpuspawner's GPU monitor, with what counts as busy
+    queue: bool = False  # a start that finds no room waits in gpuspawner's line (core.queue)
+    shipped: bool = False  # what gpuspawner's example config runs: the targets apply to it
+
+
+def policies(site: Site) -> tuple[Policy, ...]:
+    return (
+        Policy("fixed GPUs per person", fixed=True),
+        Policy("pool, no culling"),
+        Policy("pool + idle culler", culler=True),
+        Policy(
+            "pool + GPU-aware culling (shipped)", culler=True, monitor=site.busyness, shipped=True
+        ),
+        Policy(
+            "pool + GPU-aware, processes count as busy",
+            culler=True,
+            monitor=replace(site.busyness, processes_count=True),
+        ),
+        Policy("pool + queue + GPU-aware culling", culler=True, monitor=site.busyness, queue=True),
+    )

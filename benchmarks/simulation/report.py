@@ -1,0 +1,120 @@
+"""The figures as people read them: the table of policies side by side, the spread over
+other generated weeks, what the trace itself asks for, and whether the shipped policy
+meets the targets of issue #16. The same text goes to the console and the README.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpuspawner.core.words import duration
+
+from .measures import Outcome
+from .policies import Policy
+from .trace import Session
+
+HELD_BUSY_TARGET = 0.85
+P95_WAIT_TARGET = 10 * 60.0  # seconds
+BEGIN = "<!-- utilisation table: written by benchmarks/utilisation.py -->"
+END = "<!-- end of utilisation table -->"
+
+
+@dataclass(frozen=True)
+class Result:
+    policy: Policy
+    outcome: Outcome  # on the trace replayed
+    others: tuple[Outcome, ...] = ()  # on other generated weeks, for the spread
+
+
+def percent(share: float) -> str:
+    return f"{share * 100:.0f} %"
+
+
+def wait(seconds: float) -> str:
+    return "0" if seconds == 0 else duration(seconds)
+
+
+def demand(sessions: Sequence[Session]) -> str:
+    """What the trace asks for, and the held-busy share no culling can beat without
+    stopping someone mid-work: busy minutes over the minutes people work."""
+    working = sum(s.gpus * s.minutes for s in sessions) / 60
+    busy = sum(s.gpus * seg.minutes for s in sessions for seg in s.pattern if seg.busy) / 60
+    people = len({s.user for s in sessions})
+    return (
+        f"{len(sessions)} sessions of {people} people; {working:.0f} GPU-hours held while "
+        f"they work, {busy:.0f} of them busy ({percent(busy / working if working else 1)}: "
+        "the most a policy can reach without stopping anyone mid-work)"
+    )
+
+
+def table(results: Sequence[Result]) -> str:
+    lines = [
+        "| policy | GPU-hours held | busy | held GPU-hours busy | machine's GPU-hours busy "
+        "| wait p50 | wait p95 | servers stopped | work interrupted (runs lost) |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        o = r.outcome
+        unserved = f" ({len(o.still_waiting)} never served)" if o.still_waiting else ""
+        lines.append(
+            f"| {r.policy.name} | {o.held_gpu_hours:.0f} | {o.busy_gpu_hours:.0f} "
+            f"| {percent(o.held_busy_share)} | {percent(o.machine_busy_share)} "
+            f"| {wait(o.wait(0.5))} | {wait(o.wait(0.95))}{unserved} "
+            f"| {sum(o.culls.values())} | {o.interrupted} ({o.runs_killed}) |"
+        )
+    return "\n".join(lines)
+
+
+def spread(results: Sequence[Result], seeds: Sequence[int]) -> str:
+    """Median and range over the other weeks, house style: "56 % (52 – 61)"."""
+    if not results or not results[0].others:
+        return ""
+    lines = [
+        f"Over {len(seeds)} generated weeks (seeds {seeds[0]}–{seeds[-1]}), median (range):",
+        "",
+        "| policy | held GPU-hours busy | machine's GPU-hours busy | wait p95 |",
+        "|---|---|---|---|",
+    ]
+    for r in results:
+        held = [o.held_busy_share * 100 for o in r.others]
+        machine = [o.machine_busy_share * 100 for o in r.others]
+        p95 = [o.wait(0.95) / 60 for o in r.others]
+        lines.append(
+            f"| {r.policy.name} | {_range(held, ' %')} | {_range(machine, ' %')} "
+            f"| {_range(p95, ' min')} |"
+        )
+    return "\n".join(lines)
+
+
+def verdict(results: Sequence[Result]) -> str:
+    """Whether the shipped policy meets issue #16's targets, and by how much it misses."""
+    shipped = next((r for r in results if r.policy.shipped), None)
+    if shipped is None:
+        return ""
+    o = shipped.outcome
+    held, p95 = o.held_busy_share, o.wait(0.95)
+    held_gap = f"{(HELD_BUSY_TARGET - held) * 100:.0f} points short"
+    wait_gap = f"{wait(p95 - P95_WAIT_TARGET)} over"
+    parts = [
+        f"held GPU-hours busy {percent(held)} "
+        f"(target ≥ 85 %: {'met' if held >= HELD_BUSY_TARGET else held_gap})",
+        f"p95 wait {wait(p95)} (target < 10 min: {'met' if p95 < P95_WAIT_TARGET else wait_gap})",
+    ]
+    return f"Against the targets of #16, {shipped.policy.name}: " + "; ".join(parts) + "."
+
+
+def write_readme(readme: Path, block: str) -> None:
+    """Replace the text between the README's two markers with `block`."""
+    text = readme.read_text(encoding="utf-8")
+    if BEGIN not in text or END not in text:
+        raise SystemExit(f"{readme}: no place for the table (the markers {BEGIN!r} … {END!r})")
+    head, rest = text.split(BEGIN, 1)
+    _, tail = rest.split(END, 1)
+    readme.write_text(f"{head}{BEGIN}\n{block}\n{END}{tail}", encoding="utf-8")
+
+
+def _range(values: Sequence[float], unit: str) -> str:
+    return f"{statistics.median(values):.0f}{unit} ({min(values):.0f} – {max(values):.0f})"

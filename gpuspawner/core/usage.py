@@ -1,0 +1,97 @@
+"""GPU use over time: what each grant held, for how long, and how busy — as records.
+
+A `UsageRecord` is one grant: who held how many GPU-equivalents from when to
+when (None while it runs), charged to which group, and how many of its held
+seconds the GPUs were busy. From records come the figures the queue, budgets
+and reports need:
+
+- recent use with a half-life (`decayed_gpu_hours`), as Slurm's fair-share
+  factor decays past usage (`PriorityDecayHalfLife`, 7 days by default): a
+  GPU-hour used a half-life ago counts half;
+- GPU-hours in a rolling window (`gpu_hours_between`), for budgets;
+- held and busy hours per user or group (`totals`), for reports.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+HOUR = 3600.0
+DEFAULT_HALF_LIFE = 7 * 24 * HOUR
+
+
+@dataclass(frozen=True)
+class UsageRecord:
+    user_id: int
+    user: str
+    server: str
+    group: str | None  # the quota group charged, if any
+    gpus: float  # GPU-equivalents held
+    start: float
+    end: float | None = None  # None: still held
+    busy_seconds: float = 0.0  # of the held time, seconds the GPUs were busy
+
+    def held_seconds(self, now: float) -> float:
+        return max(0.0, (self.end if self.end is not None else now) - self.start)
+
+
+def decayed_gpu_hours(
+    records: Iterable[UsageRecord], now: float, half_life: float = DEFAULT_HALF_LIFE
+) -> dict[int, float]:
+    """Each user's GPU-hours, each moment of use weighted by 2^-(age / half_life)."""
+    rate = math.log(2) / half_life
+    used: dict[int, float] = {}
+    for record in records:
+        end = min(record.end if record.end is not None else now, now)
+        if end <= record.start:
+            continue
+        # ∫ gpus · e^(-rate·(now - t)) dt over [start, end], in hours
+        weight = (math.exp(-rate * (now - end)) - math.exp(-rate * (now - record.start))) / rate
+        used[record.user_id] = used.get(record.user_id, 0.0) + record.gpus * weight / HOUR
+    return used
+
+
+def gpu_hours_between(
+    records: Iterable[UsageRecord],
+    since: float,
+    now: float,
+    include: Callable[[UsageRecord], bool] = lambda record: True,
+) -> float:
+    """GPU-hours the `include`d records held between `since` and `now`."""
+    total = 0.0
+    for record in records:
+        if not include(record):
+            continue
+        start = max(record.start, since)
+        end = min(record.end if record.end is not None else now, now)
+        if end > start:
+            total += record.gpus * (end - start) / HOUR
+    return total
+
+
+@dataclass(frozen=True)
+class Totals:
+    held_gpu_hours: float = 0.0
+    busy_gpu_hours: float = 0.0
+
+    @property
+    def busy_share(self) -> float | None:
+        """Busy over held; None when nothing was held."""
+        return self.busy_gpu_hours / self.held_gpu_hours if self.held_gpu_hours else None
+
+
+def totals(
+    records: Iterable[UsageRecord], now: float, by: Callable[[UsageRecord], str]
+) -> dict[str, Totals]:
+    """Held and busy GPU-hours per key (`by`: a record's user, or its group)."""
+    found: dict[str, Totals] = {}
+    for record in records:
+        key = by(record)
+        was = found.get(key, Totals())
+        found[key] = Totals(
+            was.held_gpu_hours + record.gpus * record.held_seconds(now) / HOUR,
+            was.busy_gpu_hours + record.gpus * record.busy_seconds / HOUR,
+        )
+    return found

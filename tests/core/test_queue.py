@@ -1,0 +1,116 @@
+"""The waiting line's order and its two promises: nobody starves, no GPU idles for nothing."""
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpuspawner.core.queue import Waiting, in_order, starting_now
+from gpuspawner.core.usage import HOUR, UsageRecord, decayed_gpu_hours
+
+DAY = 24 * HOUR
+
+
+def waiting(key, gpus=1, arrived=0.0, priority=0, user_id=None, group="g"):
+    return Waiting(key, key if user_id is None else user_id, group, priority, gpus, arrived)
+
+
+@pytest.mark.parametrize(
+    ("line", "recent", "expected"),
+    [
+        # arrival decides between equals
+        ([waiting(1, arrived=5), waiting(2, arrived=3)], {}, [2, 1]),
+        # who used less recently goes first
+        ([waiting(1, arrived=0), waiting(2, arrived=9)], {1: 40.0, 2: 2.0}, [2, 1]),
+        # priority beats recent use
+        ([waiting(1, priority=0), waiting(2, priority=5)], {2: 500.0}, [2, 1]),
+        # a user who never used a GPU goes before one who did
+        ([waiting(1, arrived=0), waiting(2, arrived=1)], {1: 0.5}, [2, 1]),
+    ],
+)
+def test_order(line, recent, expected):
+    assert [w.key for w in in_order(line, recent)] == expected
+
+
+def capacity(free: int):
+    """`fits` for a pool with `free` GPUs (placement always finds n free GPUs)."""
+    return lambda w, starting: w.gpus + sum(s.gpus for s in starting) <= free
+
+
+@pytest.mark.parametrize(
+    ("free", "now", "line", "starts"),
+    [
+        # backfill: the 4-GPU head does not fit yet, the 1-GPU request behind it starts
+        (2, 60, [waiting(1, 4), waiting(2, 1)], [2]),
+        # the head has waited its 10 minutes: nothing behind it takes what frees up
+        (2, 600, [waiting(1, 4), waiting(2, 1)], []),
+        # everyone who fits, in order
+        (3, 0, [waiting(1, 1), waiting(2, 2), waiting(3, 1)], [1, 2]),
+        # the head fits and starts; the next one, over its wait, then reserves
+        (2, 900, [waiting(1, 1), waiting(2, 4), waiting(3, 1)], [1]),
+        # a CPU-sized request (0 GPUs) always fits
+        (0, 0, [waiting(1, 0)], [1]),
+    ],
+)
+def test_who_starts_now(free, now, line, starts):
+    assert [w.key for w in starting_now(line, capacity(free), now)] == starts
+
+
+def test_recent_use_decays_with_its_half_life():
+    week = 7 * DAY
+    record = UsageRecord(1, "ann", "", None, gpus=2, start=0, end=10 * HOUR)
+    now_used = decayed_gpu_hours([record], now=10 * HOUR, half_life=week)[1]
+    week_later = decayed_gpu_hours([record], now=10 * HOUR + week, half_life=week)[1]
+    # 20 GPU-hours, each weighted by its age: between the weight of the oldest and 1
+    assert 20 * 2 ** (-10 * HOUR / week) < now_used < 20
+    assert week_later == pytest.approx(now_used / 2)
+    still_running = UsageRecord(1, "ann", "", None, gpus=1, start=0)
+    assert decayed_gpu_hours([still_running], now=HOUR)[1] == pytest.approx(1.0, rel=5e-3)
+
+
+def simulate(total: int, big: int, stream: list[tuple[float, float]], reserve_after: float):
+    """A pool of `total` GPUs; a `big`-GPU request at time 0 behind a stream of 1-GPU
+    requests (arrival, duration); a step each minute. When the big one started (or None),
+    and every minute a GPU sat free while a request that fits it was waiting, unreserved."""
+    running: list[tuple[float, float]] = []  # (end, gpus)
+    line = [waiting(0, big, arrived=0.0)]
+    arrivals = sorted(stream)
+    started_big, idle_while_waiting = None, []
+    for minute in range(0, 24 * 60):
+        now = minute * 60.0
+        running = [(end, gpus) for end, gpus in running if end > now]
+        while arrivals and arrivals[0][0] <= now:
+            arrived, duration = arrivals.pop(0)
+            line.append(waiting(len(line) + 1000, 1, arrived=arrived, user_id=-int(duration)))
+        free = total - sum(gpus for _, gpus in running)
+        ordered = in_order(line, {})
+        for start in starting_now(ordered, capacity(free), now, reserve_after):
+            line.remove(start)
+            duration = 600.0 if start.key == 0 else float(-start.user_id)
+            running.append((now + duration, start.gpus))
+            if start.key == 0:
+                started_big = now
+        free = total - sum(gpus for _, gpus in running)
+        head = in_order(line, {})[0] if line else None
+        reserving = head is not None and now - head.arrived >= reserve_after
+        if not reserving and any(w.gpus <= free for w in line):
+            idle_while_waiting.append(now)
+        if started_big is not None and not line:
+            break
+    return started_big, idle_while_waiting
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    durations=st.lists(st.integers(5, 60), min_size=30, max_size=120),
+    gap=st.integers(1, 6),
+)
+def test_a_big_request_never_starves_and_no_gpu_idles_for_nothing(durations, gap):
+    """8 GPUs, a 4-GPU request, and a steady stream of 1-GPU requests that alone would
+    keep every GPU busy: the 4-GPU one starts within its reservation wait plus the longest
+    session, and until then no GPU sits free while a request it fits waits unreserved."""
+    stream = [(i * gap * 60.0, d * 60.0) for i, d in enumerate(durations)]
+    reserve_after = 10 * 60.0
+    started, idle = simulate(8, 4, stream, reserve_after)
+    assert started is not None
+    assert started <= reserve_after + max(durations) * 60.0 + 60.0
+    assert idle == []
