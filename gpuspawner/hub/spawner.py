@@ -304,6 +304,7 @@ class GPUSpawner(GPUSettings, DockerSpawner):
         super().clear_state()
         self._create_in_flight = None
         self._reserved.clear()
+        self.idle_limit = None
         if self.orm_spawner is None:
             return
         try:
@@ -343,7 +344,7 @@ class GPUSpawner(GPUSettings, DockerSpawner):
         """
         state = super().get_state()
         grant = self._grant_if_known()
-        if grant is not None:
+        if grant is not None and not grant.stopping:  # the GPUs of a server that runs
             state["gpus"] = list(grant.uuids)
         if self.idle_limit is not None and self.idle_limit.value is not None:
             state["idle_timeout"] = self.idle_limit.value

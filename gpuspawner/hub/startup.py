@@ -16,6 +16,7 @@ the lease API.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import inspect
 import time
@@ -31,7 +32,7 @@ from ..core.gpus import gpus_in_words
 from ..engine.docker import DockerEngine
 from ..records.ledger import Ledger
 from . import lease_api, metrics, pages
-from .broker import Broker, KnownServers
+from .broker import Broker, BrokerNotRunning, KnownServers
 from .monitor import Monitor
 from .reclaimer import Reclaimer
 
@@ -86,8 +87,11 @@ async def start_broker(app: Any, spawner_class: Any = None) -> Broker:
     """Check the config, rebuild the books from Docker, start the monitor, add the GPU pages
     and the lease API.
 
-    A config error stops the hub with one line that says what to fix.
+    A config error stops the hub with one line that says what to fix. Once per
+    hub process: while a broker runs, this returns it and starts nothing more.
     """
+    with contextlib.suppress(BrokerNotRunning):
+        return Broker.current()
     spawner_class = spawner_class or app.spawner_class
     try:
         spawner = spawner_class.from_config(app.config)
