@@ -143,6 +143,5 @@ def test_jupyterlab_shows_the_lease_and_warns_before_the_cull(hub: Hub, browser)
     page = browser.find_element(By.TAG_NAME, "body").text
     assert "Your default server was stopped at" in page
     assert "its 1 GPU was idle for 2 min (gpu_idle_timeout of group researchers)" in page
-    # The lead adds after merging the storage branch, whose notice() says the files are kept:
-    # assert "your files are kept" in page
+    assert "Your files in /home/jovyan are kept." in page  # her home outlives the container
     hub.wait_for(lambda: hub.pool()["free"] == 3, what="her GPU back in the pool")  # bob keeps his
