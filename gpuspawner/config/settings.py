@@ -134,6 +134,25 @@ class GPUSettings(HasTraits):
         spare servers that keep a model loaded between runs. Example:
         `c.GPUSpawner.gpu_processes_count_as_busy = True`.""",
     )
+    warn_before_cull = Float(
+        900.0,
+        config=True,
+        help="""Seconds before the hub stops a GPU server for its max_age or
+        gpu_idle_timeout that its user is warned, in JupyterLab (the gpuspawner-lab
+        extension in the notebook images). The status bar shows the time left all
+        along; the warning is a notification that stays until closed. 0: no
+        warning. Example: `c.GPUSpawner.warn_before_cull = 30 * 60`.""",
+    )
+
+    @validate("warn_before_cull")
+    def _not_negative(self, proposal: Any) -> float:
+        if not proposal.value >= 0:
+            raise TraitError(
+                f"c.GPUSpawner.warn_before_cull must be a number of seconds ≥ 0, "
+                f"got {proposal.value!r}"
+            )
+        return float(proposal.value)
+
     exclude_gpus = List(
         Union([Unicode(), Integer()]),
         config=True,

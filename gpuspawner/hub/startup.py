@@ -9,7 +9,8 @@ a test runs the check, so an upgrade that moves the step fails loudly). The
 wrapper does nothing in a hub whose spawner is not a GPUSpawner.
 
 `start_broker` is what the wrapper runs: check the config, rebuild the books
-from Docker, start the monitor and the reclaimer, and serve the GPU pages.
+from Docker, start the monitor and the reclaimer, and serve the GPU pages and
+the lease API.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from ..core.errors import GPUConfigError
 from ..core.gpus import gpus_in_words
 from ..engine.docker import DockerEngine
 from ..records.ledger import Ledger
-from . import metrics, pages
+from . import lease_api, metrics, pages
 from .broker import Broker, BrokerNotRunning, KnownServers
 from .monitor import Monitor
 from .reclaimer import Reclaimer
@@ -83,7 +84,8 @@ def install(spawner_class: type) -> None:
 
 
 async def start_broker(app: Any, spawner_class: Any = None) -> Broker:
-    """Check the config, rebuild the books from Docker, start the monitor, add the GPU pages.
+    """Check the config, rebuild the books from Docker, start the monitor, add the GPU pages
+    and the lease API.
 
     A config error stops the hub with one line that says what to fix. Once per
     hub process: while a broker runs, this returns it and starts nothing more.
@@ -129,6 +131,7 @@ async def start_broker(app: Any, spawner_class: Any = None) -> Broker:
     monitor.start()
     metrics.register_once()
     pages.install(app)
+    lease_api.install(app)
     app.log.info(
         "gpuspawner: %d GPU(s) in the pool (%s), %d free",
         len(site.gpus),
