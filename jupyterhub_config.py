@@ -85,6 +85,23 @@ c.GPUSpawner.group_limits = {
     },
 }
 
+# --- Storage: users' files outlive their containers (README: "Storage") -------
+# A home per user, shared by all their servers and profiles: GPUSpawner's default, written out.
+# Docker keeps named volumes under its data root (/var/lib/docker/volumes); containers come
+# and go, culls included, and the home stays until an admin deletes it.
+c.GPUSpawner.volumes = {"gpuspawner-home-{username}": "/home/jovyan"}
+# Or homes on a big local disk: the hub creates each folder for the notebook user (uid 1000).
+# c.GPUSpawner.volumes = {"/srv/home/{username}": "/home/jovyan"}
+# Shared datasets, read-only for everyone (the folder must exist on the host) ...
+# c.GPUSpawner.read_only_volumes = {"/srv/data": "/data"}
+# ... and per group: JupyterHub's group_overrides add to everyone's mounts.
+# c.Spawner.group_overrides = {
+#     "physics-data": {
+#         "groups": ["physics"],
+#         "spawner_override": {"read_only_volumes": {"/srv/physics": "/data-physics"}},
+#     },
+# }
+
 # --- Culling: jupyterhub-idle-culler, with each server's group idle timeout -----
 # The hub's GPU monitor counts busy GPUs as activity, so the culler spares a
 # training run that prints nothing; gpu_idle_timeout and max_age it enforces itself.

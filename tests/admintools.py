@@ -61,6 +61,7 @@ class Servers:
         start: bool = True,
         labels: Mapping[str, str] | None = None,
         device_requests: list[dict[str, Any]] | None = None,
+        binds: list[str] | None = None,
     ) -> str:
         """A container named prefix-name: a server of ours for `grant`, else a plain container."""
         kwargs: dict[str, Any] = {
@@ -71,6 +72,8 @@ class Servers:
             kwargs = engine.isolate(kwargs, grant, self.prefix)
         if device_requests:
             kwargs["host_config"]["DeviceRequests"] = device_requests
+        if binds:
+            kwargs["host_config"]["Binds"] = binds
         created = self.api.create_container(
             image, command=["sleep", "600"], name=f"{self.prefix}-{name}", **kwargs
         )

@@ -16,11 +16,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture(scope="module")
 def hub_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., Hub]]:
-    """Start real hubs for a test module; stop them and remove their containers after."""
+    """Start real hubs for a test module; stop them and remove their containers and their
+    users' homes after."""
     hubs: list[Hub] = []
 
-    def make(config: str, start: bool = True) -> Hub:
-        hub = Hub(tmp_path_factory.mktemp("hub"), config)
+    def make(config: str, start: bool = True, env: dict[str, str] | None = None) -> Hub:
+        hub = Hub(tmp_path_factory.mktemp("hub"), config, env=env or {})
         hubs.append(hub)
         return hub.start() if start else hub
 
@@ -28,6 +29,7 @@ def hub_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[.
     for hub in hubs:
         hub.stop()
         hub.remove_containers()
+        hub.remove_volumes()
 
 
 @pytest.fixture(scope="module")

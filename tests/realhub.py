@@ -29,6 +29,7 @@ from gpuspawner.engine.docker import bridge_gateway
 # The GPU and CPU images scripts/testbed builds from images/ (the same variables name them there).
 NOTEBOOK_IMAGE = os.environ.get("GPUSPAWNER_NOTEBOOK_IMAGE", "gpuspawner-notebook:latest")
 CPU_IMAGE = os.environ.get("GPUSPAWNER_CPU_IMAGE", "gpuspawner-notebook-cpu:latest")
+BASE_IMAGE = "gpuspawner-base:bookworm"  # plain Debian, for containers started by hand
 PASSWORD = "test-password"
 
 # What this test session made, so its leftovers can be told from another run's (conftest.py).
@@ -51,6 +52,9 @@ def base_config(token: str, prefix: str, hub_ip: str) -> str:
         c.DockerSpawner.prefix = {prefix!r}
         c.DockerSpawner.pull_policy = "never"
         c.DockerSpawner.remove = True
+        # Homes as GPUSpawner's default keeps them, named for this hub (the session check and
+        # remove_volumes find them by the prefix), so no test touches a real user's home.
+        c.DockerSpawner.volumes = {{"{{prefix}}-home-{{username}}": "/home/jovyan"}}
         c.DockerSpawner.poll_interval = 1
         c.DockerSpawner.start_timeout = 60
         c.DockerSpawner.http_timeout = 60
@@ -99,6 +103,7 @@ class Hub:
     config: str
     token: str = field(default_factory=lambda: secrets.token_hex(16))
     prefix: str = field(default_factory=lambda: f"gst{secrets.token_hex(3)}")
+    env: dict[str, str] = field(default_factory=dict)  # for the hub process: DOCKER_HOST, …
     process: subprocess.Popen | None = None
 
     def __post_init__(self) -> None:
@@ -122,6 +127,7 @@ class Hub:
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            env={**os.environ, **self.env},
         )
         if wait:
             self.wait_until_up()
@@ -174,6 +180,19 @@ class Hub:
     def remove_containers(self) -> None:
         for container in self.containers(all=True):
             container.remove(force=True)
+
+    def remove_volumes(self) -> None:
+        """The homes this hub's users got (after remove_containers: Docker keeps a used one)."""
+        for volume in self.volumes():
+            volume.remove(force=True)
+
+    def volumes(self) -> list:
+        found = self.docker.volumes.list(filters={"name": self.prefix})
+        return [v for v in found if v.name.startswith(self.prefix)]
+
+    def home_of(self, user: str) -> str:
+        """The name of `user`'s home volume, as base_config names it."""
+        return f"{self.prefix}-home-{user}"
 
     def log(self) -> str:
         return self.log_file.read_text(errors="replace") if self.log_file.exists() else ""
@@ -276,6 +295,11 @@ class Hub:
 
     def gpu_states(self) -> dict[str, str]:
         return {g["uuid"]: g["state"] for g in self.pool()["gpus"]}
+
+    def used_outside(self) -> dict[str, str]:
+        """GPU → who uses it outside JupyterHub, for the GPUs the pool keeps out as external."""
+        gpus = self.pool()["gpus"]
+        return {g["uuid"]: g["used_outside_hub_by"] for g in gpus if g["state"] == "external"}
 
     def containers(self, all: bool = False) -> list:
         """This hub's containers (by its name prefix)."""

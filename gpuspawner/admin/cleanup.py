@@ -6,6 +6,10 @@ stays, and each rebuild of a notebook image leaves the old one dangling.
 Only our own stopped containers go (label gpuspawner.user), and only
 dangling images that they used or that were built from images/ (label
 gpuspawner.image); an image that any other container uses stays.
+
+Users' homes are never part of a cleanup. Homes whose user is no longer in
+the hub are listed on their own, and one is deleted only when the admin names
+it (`--delete-home NAME`, with `--yes`).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from docker.models.containers import Container
 from docker.models.images import Image
 
 from ..engine.docker import LABEL_SERVER, LABEL_USER
+from . import homes, hubconfig
 
 IMAGE_LABEL = "gpuspawner.image"  # set by the Dockerfiles in images/
 STOPPED = ["created", "exited", "dead"]
@@ -37,16 +42,22 @@ def main(args: argparse.Namespace) -> int:
     try:
         client = docker.from_env()
         plan = make_plan(client, args.prefix, args.label)
-    except DockerException as error:
+        census = homes.take_census(client.api, args.config, args.db_url, args.prefix)
+    except (DockerException, hubconfig.ConfigError) as error:
         print(f"gpuspawner cleanup: {error}", file=sys.stderr)
         return 1
     print(plan_in_words(plan))
-    if not (plan.containers or plan.images):
+    print(orphans_in_words(census))
+    refused = homes.deletable(census, args.delete_home)
+    if refused:
+        print("\nNothing was removed. Not deleted:", *refused, sep="\n  ", file=sys.stderr)
+        return 1
+    if not (plan.containers or plan.images or args.delete_home):
         return 0
     if not args.yes:
         print("\nDry run: nothing was removed. Run again with --yes to remove them.")
         return 0
-    return 0 if carry_out(client, plan) else 1
+    return 0 if carry_out(client, plan, args.delete_home) else 1
 
 
 def make_plan(client: docker.DockerClient, prefix: str = "", labels: Iterable[str] = ()) -> Plan:
@@ -117,12 +128,34 @@ def plan_in_words(plan: Plan) -> str:
     return "\n".join(lines)
 
 
-def carry_out(client: docker.DockerClient, plan: Plan) -> bool:
-    """Remove the plan's containers, then its images; False if any could not be removed."""
+def orphans_in_words(census: homes.Census) -> str:
+    """The homes of users no longer in the hub: listed apart, never removed unasked."""
+    if census.users_unknown:
+        return f"Homes: kept; cannot tell whose users are gone ({census.users_unknown})."
+    orphans = census.orphans()
+    if not orphans:
+        return "Homes: every home belongs to a user of the hub; homes are never cleaned up."
+    lines = [
+        f"Homes of users no longer in the hub ({len(orphans)}), kept; back one up, then delete "
+        "it with --delete-home NAME --yes:"
+    ]
+    for home in orphans:
+        kind = "folder" if home.on_host else "volume"
+        lines.append(
+            f"  {home.name}  {kind} of {home.user}  {homes.size_in_words(home.size)}"
+            + (f"  used by {', '.join(home.used_by)}" if home.used_by else "")
+        )
+    return "\n".join(lines)
+
+
+def carry_out(client: docker.DockerClient, plan: Plan, homes: Iterable[str] = ()) -> bool:
+    """Remove the plan's containers, then its images, then the home volumes the admin named
+    (checked by homes.deletable first); False if any could not be removed."""
     removals: list[tuple[str, Callable[[], object]]] = [
         (f"container {c.name}", c.remove) for c in plan.containers
     ]
     removals += [(f"image {_short(i)}", partial(client.images.remove, i.id)) for i in plan.images]
+    removals += [(f"home {name}", partial(client.api.remove_volume, name)) for name in homes]
     done = True
     for what, remove in removals:
         try:

@@ -38,13 +38,25 @@ def build_parser() -> argparse.ArgumentParser:
     _config_options(status)
     _prefix_option(status)
 
+    homes = commands.add_parser(
+        "homes",
+        help="each user's home: its size, the containers using it, whether its user exists",
+        description="List users' homes: the volumes the hub made for them and the host folders "
+        "the config's volumes name, with their sizes and the containers that mount them. Homes "
+        "whose user is no longer in the hub (read from its database) are marked.",
+    )
+    _home_options(homes)
+    _prefix_option(homes)
+
     cleanup = commands.add_parser(
         "cleanup",
         help="remove stopped gpuspawner containers and the dangling images they leave",
         description="List (or with --yes, remove) stopped containers of gpuspawner servers, and "
         "dangling images that they used or that were built from images/. Images any other "
-        "container still uses are kept.",
+        "container still uses are kept. Users' homes are never cleaned up: those whose user is "
+        "no longer in the hub are listed, and deleted only when named with --delete-home.",
     )
+    _home_options(cleanup)
     _prefix_option(cleanup)
     cleanup.add_argument(
         "--label",
@@ -53,18 +65,41 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="only containers and images that also carry this label (repeatable)",
     )
+    cleanup.add_argument(
+        "--delete-home",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="also delete this home volume, whose user is no longer in the hub (repeatable; "
+        "with --yes). Back it up first: this deletes the user's files",
+    )
     cleanup.add_argument("--yes", action="store_true", help="remove them; without it, only list")
     return parser
 
 
-def _config_options(parser: argparse.ArgumentParser) -> None:
+def _config_file(parser: argparse.ArgumentParser, why: str = "") -> None:
     parser.add_argument(
         "-f",
         "--config",
         type=Path,
         metavar="PATH",
-        help="the hub's jupyterhub_config.py (default: ./jupyterhub_config.py)",
+        help=f"the hub's jupyterhub_config.py{why} (default: ./jupyterhub_config.py)",
     )
+
+
+def _home_options(parser: argparse.ArgumentParser) -> None:
+    _config_file(parser, ", for its database and host-folder homes")
+    parser.add_argument(
+        "--db-url",
+        default="",
+        metavar="URL",
+        help="the hub's database, to tell which homes' users are gone (default: the config's "
+        "c.JupyterHub.db_url, else sqlite:///jupyterhub.sqlite in this directory)",
+    )
+
+
+def _config_options(parser: argparse.ArgumentParser) -> None:
+    _config_file(parser)
     parser.add_argument(
         "--simulate",
         type=count,

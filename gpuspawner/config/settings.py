@@ -106,6 +106,33 @@ class GPUSettings(HasTraits):
             )
         return float(proposal.value)
 
+    usage_ledger_file = Unicode(
+        "gpuspawner-usage.sqlite",
+        config=True,
+        help="""The usage ledger: an SQLite file recording every grant's start, end, GPUs
+        and busy time, for the waiting line's fair order, GPU-hour budgets and
+        `gpuspawner usage`. A relative path is relative to the hub's working
+        directory, like JupyterHub's own database. Back it up with the hub's
+        database. Example: `c.GPUSpawner.usage_ledger_file = "/var/lib/jupyterhub/usage.sqlite"`.
+        """,
+    )
+    usage_retention_days = Float(
+        180.0,
+        config=True,
+        help="""Days the usage ledger keeps a grant after it ended; older ones are dropped
+        (hourly), so the file stays small. Reports and budgets look no further back.
+        Example: `c.GPUSpawner.usage_retention_days = 365`.""",
+    )
+
+    @validate("usage_retention_days")
+    def _positive_retention(self, proposal: Any) -> float:
+        if not proposal.value > 0:
+            raise TraitError(
+                f"c.GPUSpawner.usage_retention_days must be a number of days > 0, "
+                f"got {proposal.value!r}"
+            )
+        return float(proposal.value)
+
     ignore_gpu_containers = List(
         Unicode(),
         config=True,
@@ -150,6 +177,25 @@ class GPUSettings(HasTraits):
         spare servers that keep a model loaded between runs. Example:
         `c.GPUSpawner.gpu_processes_count_as_busy = True`.""",
     )
+    warn_before_cull = Float(
+        900.0,
+        config=True,
+        help="""Seconds before the hub stops a GPU server for its max_age or
+        gpu_idle_timeout that its user is warned, in JupyterLab (the gpuspawner-lab
+        extension in the notebook images). The status bar shows the time left all
+        along; the warning is a notification that stays until closed. 0: no
+        warning. Example: `c.GPUSpawner.warn_before_cull = 30 * 60`.""",
+    )
+
+    @validate("warn_before_cull")
+    def _not_negative(self, proposal: Any) -> float:
+        if not proposal.value >= 0:
+            raise TraitError(
+                f"c.GPUSpawner.warn_before_cull must be a number of seconds ≥ 0, "
+                f"got {proposal.value!r}"
+            )
+        return float(proposal.value)
+
     exclude_gpus = List(
         Union([Unicode(), Integer()]),
         config=True,
@@ -229,4 +275,23 @@ class GPUSettings(HasTraits):
         config=True,
         help="""Folders searched for `gpuspawner_form.html` before the packaged
         template, to restyle the spawn form.""",
+    )
+    notebook_uid = Integer(
+        1000,
+        config=True,
+        help="""The uid the notebook runs as inside its container (jovyan in gpuspawner's
+        images and in Jupyter's docker-stacks).
+
+        Host folders the hub creates for `volumes` (homes such as
+        `/srv/home/{username}`) are given to this uid, mode 0700, so the notebook
+        can write them. Folders that already exist are left as they are. Named
+        volumes need nothing: Docker copies the image's folder, owner included,
+        into an empty volume. Example: `c.GPUSpawner.notebook_uid = 1000`.""",
+    )
+    notebook_gid = Integer(
+        1000,
+        config=True,
+        help="""The group id given, with `notebook_uid`, to host folders the hub creates for
+        `volumes`. 1000 in gpuspawner's images; 100 (users) in Jupyter's docker-stacks.
+        Example: `c.GPUSpawner.notebook_gid = 100`.""",
     )

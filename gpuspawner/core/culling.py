@@ -138,11 +138,19 @@ def decide(
     return None
 
 
-def notice(server: str, stopped_at: float, reason: str) -> str:
-    """What the user reads on their next spawn page."""
+def notice(server: str, stopped_at: float, reason: str, kept_in: str | None = None) -> str:
+    """What the user reads on their next spawn page.
+
+    `kept_in` is where the server's files outlive it (its home's mount point):
+    a stop by policy must not read like a loss of work, and must not promise
+    what a site without homes cannot keep.
+    """
     when = datetime.fromtimestamp(stopped_at, UTC).strftime("%Y-%m-%d %H:%M UTC")
     name = your_server(server)
-    return f"{name[0].upper()}{name[1:]} was stopped at {when}: {reason}."
+    text = f"{name[0].upper()}{name[1:]} was stopped at {when}: {reason}."
+    if kept_in:
+        text += f" Your files in {kept_in} are kept."
+    return text
 
 
 def idle_arbiter(

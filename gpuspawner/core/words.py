@@ -6,6 +6,7 @@ notices, logs, pages and the command line; each is spelled here once.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from fractions import Fraction
 
 DEFAULT_GROUP = "default_limits"
@@ -59,6 +60,12 @@ def duration(seconds: float) -> str:
         return f"{seconds} s"
     hours, minutes = divmod(seconds // 60, 60)
     return f"{hours} h {minutes} min" if hours else f"{minutes} min"
+
+
+def at_clock(moment: float, now: float) -> str:
+    """ "18:00 UTC", with the date when it is not within the next day: when something happens."""
+    when = datetime.fromtimestamp(moment, UTC)
+    return when.strftime("%H:%M UTC" if abs(moment - now) < 20 * 3600 else "%Y-%m-%d %H:%M UTC")
 
 
 def from_group(group: str | None) -> str:

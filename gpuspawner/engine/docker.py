@@ -19,8 +19,8 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import logging
-import math
 from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 import docker
@@ -44,6 +44,9 @@ LABEL_GPUS = LABEL_PREFIX + "gpus"
 LABEL_QUOTA_GROUP = LABEL_PREFIX + "quota-group"
 LABEL_SINCE = LABEL_PREFIX + "since"
 LABEL_UNITS = LABEL_PREFIX + "units"
+
+# A grant's start must be a moment the admin page and the culler can work with.
+LATEST_TIME = datetime(9999, 12, 31, tzinfo=UTC).timestamp()
 
 NO_GPU = "void"
 GUARDED_ENV = ("NVIDIA_VISIBLE_DEVICES", "DOCKER_RESOURCE_")
@@ -166,7 +169,7 @@ def read_labels(container_labels: Mapping[str, str]) -> ServerLabels | None:
         return None
     since_text = container_labels.get(LABEL_SINCE) or ""
     since = float(since_text) if since_text else None
-    if since is not None and not math.isfinite(since):
+    if since is not None and not 0 <= since <= LATEST_TIME:  # NaN fails the test too
         raise ValueError(f"{LABEL_SINCE}={since_text!r} is not a time")
     return ServerLabels(
         hub=container_labels.get(LABEL_HUB, ""),

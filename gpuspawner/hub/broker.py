@@ -29,6 +29,7 @@ from ..core.gpus import Telemetry
 from ..core.pool import GONE, Admission, AlreadyHolding, Grant, Holder
 from ..core.units import Kind, Request, Unit
 from ..engine.base import Engine, Seen
+from ..records.ledger import Ledger
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,7 @@ class Broker:
         *,
         ignore_containers: Iterable[str] = (),
         clock: Callable[[], float] = time.time,
+        ledger: Ledger | None = None,
     ) -> None:
         self.site = site
         self.pool = site.new_pool(clock)
@@ -83,6 +85,7 @@ class Broker:
         self._containers: dict[int, set[str]] = {}  # grant key → container ids known to hold it
         self._removing: dict[int, asyncio.Task[None]] = {}
         self.stoppables: list[Callable[[], None]] = []  # the monitor and friends, for shutdown
+        self.ledger = ledger  # the usage ledger: every grant's start, end and busy time
 
     # --- one per hub process -------------------------------------------------
     @classmethod
@@ -107,6 +110,8 @@ class Broker:
             task.cancel()
         if Broker._current is self:
             Broker._current = None
+        if self.ledger is not None:
+            self.ledger.close()
         self.executor.shutdown(wait=False, cancel_futures=True)
 
     # --- recovery -------------------------------------------------------------
@@ -157,6 +162,16 @@ class Broker:
                 container.name,
             )
         self.note_containers(containers, {})
+        if self.ledger is not None:
+            for grant in self.pool.grants():
+                self.ledger.opened(grant, float(grant.weight))
+            for record in self.ledger.close_all_but(g.key for g in self.pool.grants()):
+                self.log.info(
+                    "gpuspawner: %s's grant of %s GPU(s) ended while the hub was away; "
+                    "recorded as ending when the hub last saw it",
+                    record.user,
+                    f"{record.gpus:g}",
+                )
 
     def _held_by(self, container: Seen) -> list[str]:
         """The units a running server of ours holds: those its labels name that its device
@@ -210,6 +225,11 @@ class Broker:
                 )
             else:
                 self.log.info("gpuspawner: %s is no longer used outside JupyterHub", device)
+
+    def retry_removals(self) -> None:
+        """Ask Docker again to remove every ended server's container it has not confirmed
+        gone. Each monitor tick, whether or not Docker could list the containers: one it
+        cannot inspect (a 500) may still be removed, and that confirmed by a listing."""
         for grant in self.pool.grants():
             if grant.stopping and grant.key not in self._removing:
                 self._start_removal(grant.key)
@@ -221,7 +241,10 @@ class Broker:
     # --- spawners ---------------------------------------------------------------
     def reserve(self, holder: Holder, request: Request | int, admit: Admission) -> Grant:
         """GPUs for a starting server (NotEnoughGPUs, or what `admit` raises, refuses)."""
-        return self.pool.allocate(holder, request, admit)
+        grant = self.pool.allocate(holder, request, admit)
+        if grant.units and self.ledger is not None:
+            self.ledger.opened(grant, float(grant.weight))
+        return grant
 
     # --- the machine, each monitor tick -----------------------------------------
     def follow_layout(self, layout: Mapping[str, tuple[Unit, ...]]) -> None:
@@ -301,6 +324,8 @@ class Broker:
                     )
                 return
             released = self.pool.release(key)
+            if released is not None and self.ledger is not None:
+                self.ledger.ended(key, self.clock())
             self._containers.pop(key, None)
             if released is not None:
                 self.log.info(

@@ -42,6 +42,19 @@ class Availability:
     what: str
 
 
+@dataclass(frozen=True)
+class NoticeRow:
+    """A stop notice on the form, with its button to start that server again on CPU."""
+
+    text: str
+    restart_slug: str = ""
+    restart_name: str = ""
+    restart_action: str = ""  # that server's spawn URL, with the page's XSRF token
+
+    def __str__(self) -> str:  # admin templates written for plain-text notices still work
+        return self.text
+
+
 def hardware(request: Request, units: Sequence[Unit]) -> str:
     """What a profile gets, in words: the models (and kinds) that could serve it."""
     if request.kind is None:

@@ -3,10 +3,17 @@
 Each tick reads, in the broker's worker thread, the containers, one telemetry
 sample per GPU and MIG instance, the GPUs' layout (an admin may have changed
 a MIG layout) and which container each GPU process belongs to; then, back on
-the hub's loop, follows the layout, keeps out of the pool what is unhealthy or
-used outside JupyterHub, retries removals Docker has not confirmed, and hands
-the observation to listeners (activity and culling). A failing read is logged
-and the tick skipped; it never stops the hub or a server.
+the hub's loop, follows the layout, decides which servers' GPUs are busy
+(recorded in the usage ledger), retries the removals Docker has not confirmed
+(even when it could not list the containers), keeps out of the pool what is
+unhealthy or used outside JupyterHub, and hands the observation to listeners
+(activity and culling). A failing read is logged and the rest of the tick
+skipped; it never stops the hub or a server.
+
+A whole GPU or MIG instance is busy by its own sample. A slot of a shared GPU
+is busy by its server's own processes on that GPU (NVML lists them by PID; the
+observation says which container runs each), so one busy server does not keep
+its idle neighbours from being culled, nor count as their busy time.
 """
 
 from __future__ import annotations
@@ -18,7 +25,9 @@ from dataclasses import dataclass, field
 
 from tornado.ioloop import PeriodicCallback
 
+from ..core.culling import Busyness, combined
 from ..core.gpus import Telemetry
+from ..core.pool import Grant
 from ..core.units import Kind, Unit
 from ..engine import processes
 from ..engine.base import Seen
@@ -32,10 +41,12 @@ class Observation:
     docker_error: str | None = None
     owners: dict[int, str] = field(default_factory=dict)  # GPU process → its container
     layout: dict[str, tuple[Unit, ...]] | None = None  # None: not read this time
+    busy: dict[int, bool | None] = field(default_factory=dict)  # by grant key, from `apply`
 
 
 Listener = Callable[[Observation], Awaitable[None] | None]
 Owners = Callable[[Iterable[int]], dict[int, str]]
+PRUNE_EVERY = 3600.0  # seconds between two drops of ledger rows past the retention
 
 
 @dataclass
@@ -44,11 +55,14 @@ class Monitor:
     log: logging.Logger
     interval_seconds: float = 10.0
     avoid_foreign_processes: bool = False
+    busyness: Busyness = field(default_factory=Busyness)
+    usage_retention_seconds: float = 180 * 24 * 3600.0
     listeners: list[Listener] = field(default_factory=list)
     owners: Owners = processes.owners  # which container runs a PID (the host's /proc)
 
     def __post_init__(self) -> None:
         self._callback: PeriodicCallback | None = None
+        self._pruned = float("-inf")
 
     def start(self) -> None:
         self._callback = PeriodicCallback(self.tick, self.interval_seconds * 1000)
@@ -92,10 +106,21 @@ class Monitor:
         return Observation(telemetry, containers, None, owners, layout)
 
     def apply(self, observation: Observation) -> None:
+        broker = self.broker
         if observation.layout is not None:
-            self.broker.follow_layout(observation.layout)
-        self.broker.telemetry = observation.telemetry
+            broker.follow_layout(observation.layout)
+        broker.telemetry = observation.telemetry
         self._follow_health(observation.telemetry)
+        for grant in broker.pool.grants():
+            if not grant.stopping:
+                observation.busy[grant.key] = self._busy(grant, observation)
+        if broker.ledger is not None:
+            now = broker.clock()
+            broker.ledger.seen(now, observation.busy)
+            if now - self._pruned >= PRUNE_EVERY:
+                broker.ledger.forget_before(now - self.usage_retention_seconds)
+                self._pruned = now
+        broker.retry_removals()
         if observation.containers is None:
             self.log.warning(
                 "gpuspawner: Docker did not answer (%s); GPUs used outside JupyterHub "
@@ -103,9 +128,36 @@ class Monitor:
                 observation.docker_error,
             )
             return
-        self.broker.note_containers(
+        broker.note_containers(
             observation.containers, self._foreign_processes(observation.telemetry)
         )
+
+    def _busy(self, grant: Grant, observation: Observation) -> bool | None:
+        """Whether a server's GPUs are busy: True, False, or None (unknown)."""
+        telemetry = observation.telemetry
+        if all(u.kind is not Kind.SHARED for u in grant.units):
+            return self.busyness.of(telemetry.get(device) for device in grant.uuids)
+        if observation.containers is None:
+            return None  # Docker did not answer: whose processes are whose is unknown
+        containers = {
+            name
+            for seen in observation.containers
+            if seen.server is not None
+            and seen.server.spawner_id == grant.key
+            and self.broker.is_ours(seen)
+            for name in (seen.id, seen.name)
+        }
+        verdicts = []
+        for unit in grant.units:
+            sample = telemetry.get(unit.device)
+            if unit.kind is not Kind.SHARED:
+                verdicts.append(self.busyness.of([sample]))
+                continue
+            pids = sample.processes if sample is not None else ()
+            mine = {p for p in pids if observation.owners.get(p) in containers}
+            unowned = {p for p in pids if p not in observation.owners}
+            verdicts.append(self.busyness.of_share(sample, mine, unowned))
+        return combined(verdicts)
 
     def _follow_health(self, telemetry: dict[str, Telemetry]) -> None:
         """Mark GPUs and MIG instances unhealthy and healthy again as NVML says. A MIG

@@ -1,4 +1,6 @@
-"""The hub's GPU pages, admins only: the pool in JupyterHub's UI, and as JSON for scripts."""
+"""The hub's GPU pages: the pool for admins, in JupyterHub's UI and as JSON for scripts; and
+for each user, as JSON, why their servers were stopped and how to go on (the spawn page
+shows the same)."""
 
 from __future__ import annotations
 
@@ -10,10 +12,11 @@ from jupyterhub import orm
 from jupyterhub.apihandlers.base import APIHandler
 from jupyterhub.handlers.base import BaseHandler
 from jupyterhub.scopes import needs_scope
-from jupyterhub.utils import url_path_join
+from jupyterhub.utils import url_escape_path, url_path_join
 from tornado import web
 
 from ..core.pool import Grant
+from . import notices
 from .broker import Broker
 from .report import HolderNow, as_labelled, pool_report
 
@@ -52,9 +55,33 @@ class PoolPageHandler(PoolReport, BaseHandler):
         self.finish(html)
 
 
+class StopNoticesAPIHandler(APIHandler):
+    """GET /hub/api/users/NAME/stop-notices: each stopped server's notice, and the CPU-only
+    start on offer as the REST request that makes it (an offer only: the start is checked
+    like any other)."""
+
+    @needs_scope("read:servers")
+    def get(self, user_name: str) -> None:
+        user = self.find_user(user_name)
+        if user is None:
+            raise web.HTTPError(404, f"No such user: {user_name}")
+        broker = Broker.current()
+        limits = broker.site.limits.for_user({g.name for g in user.groups}, bool(user.admin))
+        cpu = notices.cpu_profile(
+            broker.site.profiles, limits, user.id, broker.pool.usage(), broker.pool.free_count()
+        )
+        servers_api = url_path_join(
+            self.hub.base_url, "api/users", url_escape_path(user.name), "servers/"
+        )
+        found = notices.stop_notices(user.orm_user.orm_spawners, cpu)
+        self.set_header("Content-Type", "application/json")
+        self.write(json.dumps({"notices": [notices.as_json(n, servers_api) for n in found]}))
+
+
 def handlers(hub_prefix: str) -> list[tuple[str, type]]:
     return [
         (url_path_join(hub_prefix, "api/gpus"), PoolAPIHandler),
+        (url_path_join(hub_prefix, "api/users/([^/]+)/stop-notices"), StopNoticesAPIHandler),
         (url_path_join(hub_prefix, "gpus"), PoolPageHandler),
     ]
 

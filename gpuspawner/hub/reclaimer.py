@@ -4,14 +4,14 @@ A monitor listener. For every server holding GPUs, each tick: a busy GPU
 counts as activity (the same fields the hub's activity API sets, written
 in-process, so jupyterhub-idle-culler spares a training run that prints
 nothing), and a server over its `max_age` or `gpu_idle_timeout` is stopped
-through the hub, with a notice its user reads on the next spawn page.
+through the hub, with a notice its user reads on the next spawn page (their files
+are kept, and they may go on without the GPUs).
 A stop that fails is tried again on the next tick. Servers are found by the
 ids in their grant, so a renamed user's server is found all the same.
 
-A whole GPU or MIG instance is busy by its own sample. A slot of a shared GPU
-is busy by its server's own processes on that GPU (NVML lists them by PID; the
-monitor finds each one's container), so one busy server does not keep its
-idle neighbours from being culled.
+Whether a server's GPUs are busy is the monitor's word (`Observation.busy`): a
+slot of a shared GPU is busy by its server's own processes only, so one busy
+server does not keep its idle neighbours from being culled.
 """
 
 from __future__ import annotations
@@ -22,9 +22,8 @@ from typing import Any
 
 from jupyterhub.utils import utcnow
 
-from ..core.culling import Busyness, Verdict, combined, decide, notice
+from ..core.culling import Verdict, decide
 from ..core.pool import Grant
-from ..core.units import Kind
 from .broker import Broker
 from .monitor import Observation
 
@@ -33,7 +32,6 @@ from .monitor import Observation
 class Reclaimer:
     app: Any  # the JupyterHub application
     broker: Broker
-    busyness: Busyness
     log: logging.Logger
 
     async def __call__(self, observation: Observation) -> None:
@@ -42,7 +40,7 @@ class Reclaimer:
         grants = [g for g in broker.pool.grants() if not g.stopping]
         broker.idle.forget_all_but(g.key for g in grants)
         for grant in grants:
-            busy = self._busy(grant, observation)
+            busy = observation.busy.get(grant.key)
             broker.idle.update(grant.key, busy, now)
             try:
                 user = self.app.users[grant.holder.user_id]
@@ -53,32 +51,6 @@ class Reclaimer:
             verdict = self._verdict(user, grant, now)
             if verdict is not None:
                 await self._stop(user, grant.holder.server, verdict, now)
-
-    def _busy(self, grant: Grant, observation: Observation) -> bool | None:
-        telemetry = observation.telemetry
-        if all(u.kind is not Kind.SHARED for u in grant.units):
-            return self.busyness.of(telemetry.get(device) for device in grant.uuids)
-        if observation.containers is None:
-            return None  # Docker did not answer: whose processes are whose is unknown
-        containers = {
-            name
-            for seen in observation.containers
-            if seen.server is not None
-            and seen.server.spawner_id == grant.key
-            and self.broker.is_ours(seen)
-            for name in (seen.id, seen.name)
-        }
-        verdicts = []
-        for unit in grant.units:
-            sample = telemetry.get(unit.device)
-            if unit.kind is not Kind.SHARED:
-                verdicts.append(self.busyness.of([sample]))
-                continue
-            pids = sample.processes if sample is not None else ()
-            mine = {p for p in pids if observation.owners.get(p) in containers}
-            unowned = {p for p in pids if p not in observation.owners}
-            verdicts.append(self.busyness.of_share(sample, mine, unowned))
-        return combined(verdicts)
 
     def _verdict(self, user: Any, grant: Grant, now: float) -> Verdict | None:
         limits = self.broker.site.limits.for_user({g.name for g in user.groups}, bool(user.admin))
@@ -105,7 +77,7 @@ class Reclaimer:
         spawner = user.spawners.get(server)
         if spawner is None or not spawner.ready:
             return  # starting or already stopping: look again next tick
-        spawner.stop_notice = notice(server, now, verdict.reason)
+        spawner.note_stop(now, verdict.reason)
         self.log.warning("gpuspawner: stopping %s: %s", spawner._log_name, verdict.reason)
         try:
             await self.app.proxy.delete_user(user, server)

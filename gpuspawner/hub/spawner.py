@@ -6,6 +6,9 @@ broker; every container the spawner creates gets exactly the reservation
 (`engine.docker.isolate`, at the one place containers are created). Every way
 a server ends reaches `clear_state`, which the hub calls even when `stop()`
 raised: the GPUs then go back only once Docker confirms the container gone.
+Containers are removed when their server stops, so users' files live in homes
+(DockerSpawner's `volumes`, a home per user by default) that the engine makes
+ready before a start reserves GPUs.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from typing import Any
 
 from dockerspawner import DockerSpawner
 from jupyterhub.spawner import SpawnException
-from jupyterhub.utils import utcnow
+from jupyterhub.utils import url_escape_path, url_path_join, utcnow
 from traitlets import Bool, TraitError, default, validate
 
 from ..config.settings import GPUSettings
@@ -31,8 +34,9 @@ from ..core.pool import Grant, Holder
 from ..core.profiles import ANY_IMAGE, InvalidUserOptions, Profile, choose_profile
 from ..core.units import units_in_words
 from ..core.words import duration, from_group, your_server
+from ..engine import storage
 from ..engine.docker import isolate
-from . import form, startup
+from . import form, notices, startup
 from .broker import Broker, BrokerNotRunning
 from .metrics import ALLOCATION_SECONDS, SPAWNS_REFUSED
 
@@ -42,12 +46,16 @@ LINKS_CANNOT_START = (
 )
 
 
+RESTART_ON = "restart_on"  # the form button of a stop notice: start that server on this profile
+
+
 class QueryCannotSpawn(Exception):
     """GET /hub/spawn?… tried to start a server: only a form POST or the API may."""
 
 
 class GPUSpawner(GPUSettings, DockerSpawner):
     stop_notice: str | None = None  # why a policy stopped this server, for its next spawn page
+    restart_on_cpu = False  # the server a policy stopped held GPUs: offer a CPU-only start
     idle_limit: Limited | None = None  # the group's idle timeout, for jupyterhub-idle-culler
 
     @classmethod
@@ -77,6 +85,18 @@ class GPUSpawner(GPUSettings, DockerSpawner):
                 "with the GPUs it had, which the pool may have given to someone else."
             )
         return True
+
+    @default("volumes")
+    def _default_volumes(self) -> dict[str, Any]:
+        """A home per user that outlives every container: without one, each stop (every
+        cull included) would delete the user's work along with the container."""
+        return {storage.DEFAULT_HOME_VOLUME: storage.DEFAULT_HOME_DIR}
+
+    @default("notebook_dir")
+    def _default_notebook_dir(self) -> str:
+        """The home: the file browser opens where files are kept, whatever the image's WORKDIR."""
+        homes = storage.homes(self._mounts())
+        return homes[0].target if homes else ""
 
     @default("options_form")
     def _default_options_form(self) -> Any:
@@ -133,11 +153,14 @@ class GPUSpawner(GPUSettings, DockerSpawner):
             ),
             holdings=form.holdings(limits, self.user.id, pool),
             images=self._images_offered(),
-            notices=[
-                spawner.state["stop_notice"]
-                for spawner in self.user.orm_user.orm_spawners.values()
-                if spawner.server is None and (spawner.state or {}).get("stop_notice")
-            ],
+            notices=notices.rows(
+                notices.stop_notices(
+                    self.user.orm_user.orm_spawners,
+                    notices.cpu_profile(broker.site.profiles, limits, self.user.id, usage, free),
+                ),
+                url_path_join(self.hub.base_url, "spawn", url_escape_path(self.user.name)),
+                getattr(self.handler, "xsrf_token", None),
+            ),
         )
 
     def _preselected(self) -> str | None:
@@ -199,8 +222,10 @@ class GPUSpawner(GPUSettings, DockerSpawner):
                 409,
             )
         self._apply_overrides(dict(profile.spawner_override))
+        await self._prepare_storage()  # before the GPUs: a storage problem takes nothing
         grant = self._reserve(profile)
         self.stop_notice = None
+        self.restart_on_cpu = False
         limits = self._user_limits()
         gpu_server = profile.request.kind is not None
         self.idle_limit = limits.duration("idle_timeout" if gpu_server else "cpu_idle_timeout")
@@ -212,6 +237,24 @@ class GPUSpawner(GPUSettings, DockerSpawner):
             ", ".join(grant.uuids) or "no GPU",
         )
         return await super().start()
+
+    def _mounts(self) -> list[storage.Mount]:
+        return storage.mounts(
+            self.volumes,
+            self.read_only_volumes,
+            lambda template: str(self.format_volume_name(template, self)),
+        )
+
+    async def _prepare_storage(self) -> None:
+        """Homes and shared folders ready before Docker sees them, in a worker thread."""
+        owner = storage.Owner(
+            self.user.name, self.user.id, self.prefix, self.notebook_uid, self.notebook_gid
+        )
+        work = self.executor.submit(storage.prepare, self.client, self._mounts(), owner)
+        try:
+            await asyncio.wrap_future(work)
+        except storage.StorageProblem as problem:
+            raise SpawnException(str(problem), reason="storage", status_code=500) from None
 
     @property
     def _reserved(self) -> asyncio.Event:
@@ -254,6 +297,7 @@ class GPUSpawner(GPUSettings, DockerSpawner):
         super().clear_state()
         self._create_in_flight = None
         self._reserved.clear()
+        self.idle_limit = None
         if self.orm_spawner is None:
             return
         try:
@@ -266,6 +310,14 @@ class GPUSpawner(GPUSettings, DockerSpawner):
         self._note_idle_cull()
         await super().stop(now)
 
+    def note_stop(self, stopped_at: float, reason: str) -> None:
+        """Why a policy stops this server, for its user's next spawn page: that the files are
+        kept (where a home keeps them) and, for a GPU server, the offer to go on without GPUs."""
+        homes = storage.homes(self._mounts())
+        self.stop_notice = notice(self.name, stopped_at, reason, homes[0].target if homes else None)
+        grant = self._grant_if_known()
+        self.restart_on_cpu = bool(grant and grant.uuids)
+
     def _note_idle_cull(self) -> None:
         """A stop past the group's idle timeout is jupyterhub-idle-culler's: say so."""
         limit, last = self.idle_limit, self.orm_spawner.last_activity
@@ -274,7 +326,7 @@ class GPUSpawner(GPUSettings, DockerSpawner):
         idle = (utcnow(with_tz=False) - last).total_seconds()
         if idle >= limit.value:
             reason = f"it was idle for {duration(idle)} (idle_timeout{from_group(limit.group)})"
-            self.stop_notice = notice(self.name, time.time(), reason)
+            self.note_stop(time.time(), reason)
 
     # --- state ------------------------------------------------------------------------
     def get_state(self) -> dict[str, Any]:
@@ -285,13 +337,15 @@ class GPUSpawner(GPUSettings, DockerSpawner):
         """
         state = super().get_state()
         grant = self._grant_if_known()
-        if grant is not None:
+        if grant is not None and not grant.stopping:  # the GPUs of a server that runs
             state["gpus"] = list(grant.uuids)
         if self.idle_limit is not None and self.idle_limit.value is not None:
             state["idle_timeout"] = self.idle_limit.value
             state["idle_timeout_group"] = self.idle_limit.group
         if self.stop_notice:
-            state["stop_notice"] = self.stop_notice
+            state[notices.STATE_NOTICE] = self.stop_notice
+            if self.restart_on_cpu:
+                state[notices.STATE_CPU_RESTART] = True
         return state
 
     def _grant_if_known(self) -> Grant | None:
@@ -304,7 +358,8 @@ class GPUSpawner(GPUSettings, DockerSpawner):
 
     def load_state(self, state: dict[str, Any]) -> None:
         super().load_state(state)
-        self.stop_notice = state.get("stop_notice")
+        self.stop_notice = state.get(notices.STATE_NOTICE)
+        self.restart_on_cpu = bool(state.get(notices.STATE_CPU_RESTART))
         if "idle_timeout" in state:
             self.idle_limit = Limited(state["idle_timeout"], state.get("idle_timeout_group"))
 
@@ -318,8 +373,11 @@ def _refused(message: str, reason: str, status_code: int) -> SpawnException:
 def _options_from_form(formdata: dict[str, list[str]]) -> dict[str, Any]:
     """Form fields as user_options, unchecked: validation happens at every start.
 
-    An image field left empty means the default image.
+    An image field left empty means the default image. A stop notice's "start again on
+    CPU" button (`restart_on`) names the profile itself, whatever else the form had chosen.
     """
+    if formdata.get(RESTART_ON):
+        return {"profile": formdata[RESTART_ON][0]}
     return {
         key: values[0] if len(values) == 1 else values
         for key, values in formdata.items()

@@ -9,12 +9,14 @@ a test runs the check, so an upgrade that moves the step fails loudly). The
 wrapper does nothing in a hub whose spawner is not a GPUSpawner.
 
 `start_broker` is what the wrapper runs: check the config, rebuild the books
-from Docker, start the monitor and the reclaimer, and serve the GPU pages.
+from Docker, start the monitor and the reclaimer, and serve the GPU pages and
+the lease API.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import inspect
 import time
@@ -30,8 +32,9 @@ from ..core.units import tally
 from ..devices.simulated import SimulatedSource
 from ..engine import processes
 from ..engine.docker import DockerEngine
-from . import metrics, pages
-from .broker import Broker, KnownServers
+from ..records.ledger import Ledger
+from . import lease_api, metrics, pages
+from .broker import Broker, BrokerNotRunning, KnownServers
 from .monitor import Monitor, Owners
 from .reclaimer import Reclaimer
 
@@ -83,10 +86,14 @@ def install(spawner_class: type) -> None:
 
 
 async def start_broker(app: Any, spawner_class: Any = None) -> Broker:
-    """Check the config, rebuild the books from Docker, start the monitor, add the GPU pages.
+    """Check the config, rebuild the books from Docker, start the monitor, add the GPU pages
+    and the lease API.
 
-    A config error stops the hub with one line that says what to fix.
+    A config error stops the hub with one line that says what to fix. Once per
+    hub process: while a broker runs, this returns it and starts nothing more.
     """
+    with contextlib.suppress(BrokerNotRunning):
+        return Broker.current()
     spawner_class = spawner_class or app.spawner_class
     try:
         spawner = spawner_class.from_config(app.config)
@@ -98,7 +105,12 @@ async def start_broker(app: Any, spawner_class: Any = None) -> Broker:
         raise  # app.exit raises SystemExit; a test's app may not
     engine = DockerEngine.connect(spawner.client_kwargs, spawner.tls_config)
     broker = Broker(
-        site, engine, spawner.prefix, app.log, ignore_containers=spawner.ignore_gpu_containers
+        site,
+        engine,
+        spawner.prefix,
+        app.log,
+        ignore_containers=spawner.ignore_gpu_containers,
+        ledger=Ledger(spawner.usage_ledger_file),
     )
     started = time.perf_counter()
     containers = await _blocking(broker, engine.containers)
@@ -114,13 +126,15 @@ async def start_broker(app: Any, spawner_class: Any = None) -> Broker:
         app.log,
         spawner.monitor_interval,
         spawner.avoid_gpus_with_foreign_processes,
+        Busyness(spawner.gpu_busy_threshold, spawner.gpu_processes_count_as_busy),
+        spawner.usage_retention_days * 24 * 3600,
         owners=_process_owners(site),
     )
-    busyness = Busyness(spawner.gpu_busy_threshold, spawner.gpu_processes_count_as_busy)
-    monitor.listeners.append(Reclaimer(app, broker, busyness, app.log))
+    monitor.listeners.append(Reclaimer(app, broker, app.log))
     monitor.start()
     metrics.register_once()
     pages.install(app)
+    lease_api.install(app)
     app.log.info(
         "gpuspawner: %d GPU(s) in the pool (%s), %d free",
         len(site.gpus),

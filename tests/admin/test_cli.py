@@ -9,8 +9,12 @@ from gpuspawner.admin.cli import build_parser, main
 
 def test_each_subcommand_runs_the_module_of_its_name():
     parser = build_parser()
-    for command in ("doctor", "status", "cleanup"):
+    for command in ("doctor", "status", "cleanup", "homes"):
         assert parser.parse_args([command]).command == command
+    args = parser.parse_args(["cleanup", "--delete-home", "h1", "--delete-home", "h2", "--yes"])
+    assert (args.delete_home, args.db_url, args.config) == (["h1", "h2"], "", None)
+    args = parser.parse_args(["homes", "-f", "hub.py", "--db-url", "sqlite:///x.sqlite"])
+    assert (str(args.config), args.db_url, args.prefix) == ("hub.py", "sqlite:///x.sqlite", "")
     args = parser.parse_args(["cleanup", "--label", "a=1", "--label", "b", "--yes"])
     assert (args.label, args.yes, args.prefix) == (["a=1", "b"], True, "")
     args = parser.parse_args(["status", "-f", "hub.py", "--simulate", "4"])

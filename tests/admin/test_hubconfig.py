@@ -28,6 +28,21 @@ def test_the_example_config_loads(monkeypatch):
     assert site.spawner.simulate_gpus == 4
     assert [p["slug"] for p in site.spawner.profiles] == ["cpu", "gpu-1", "gpu-2", "gpu-4"]
     assert site.hub_address() == HubAddress("172.17.0.1", 8081, "172.17.0.1", 8081)
+    assert site.spawner.volumes == {"gpuspawner-home-{username}": "/home/jovyan"}
+    assert site.spawner.read_only_volumes == {}
+
+
+def test_a_site_that_sets_nothing_keeps_each_users_files_in_a_home(tmp_path):
+    spawner = hubconfig.load(write(tmp_path, "")).spawner
+    assert spawner.volumes == {"gpuspawner-home-{username}": "/home/jovyan"}
+    assert spawner.notebook_dir == "/home/jovyan"  # the file browser opens where files are kept
+
+
+def test_the_notebook_opens_in_the_home_the_admin_chose(tmp_path):
+    body = 'c.GPUSpawner.volumes = {"/srv/home/{username}": {"bind": "/home/jovyan/work"}}'
+    assert hubconfig.load(write(tmp_path, body)).spawner.notebook_dir == "/home/jovyan/work"
+    body = 'c.GPUSpawner.volumes = {}\nc.GPUSpawner.read_only_volumes = {"/srv/data": "/data"}'
+    assert hubconfig.load(write(tmp_path, body)).spawner.notebook_dir == ""
 
 
 def test_images_are_the_default_the_profiles_and_the_allowed_ones(tmp_path):

@@ -90,6 +90,13 @@ def test_notice_says_which_server_when_and_why():
     assert notice("", 0, "x").startswith("Your default server was stopped at 1970-01-01 00:00 UTC")
 
 
+def test_notice_says_the_files_are_kept_only_where_a_home_keeps_them():
+    assert notice("", 0, "x", kept_in="/home/jovyan").endswith(
+        ": x. Your files in /home/jovyan are kept."
+    )
+    assert "kept" not in notice("", 0, "x")
+
+
 def test_the_culler_arbiter_prefers_the_servers_group_timeout():
     hour = timedelta(hours=1)
     with_group = {"state": {"idle_timeout": 600}}

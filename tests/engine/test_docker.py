@@ -165,6 +165,8 @@ def test_our_servers_are_read_back_from_labels_and_device_requests():
         ({"gpuspawner.since": "yesterday"}, "could not convert"),
         ({"gpuspawner.since": "inf"}, "gpuspawner.since='inf' is not a time"),
         ({"gpuspawner.since": "nan"}, "is not a time"),
+        ({"gpuspawner.since": "1e300"}, "gpuspawner.since='1e300' is not a time"),
+        ({"gpuspawner.since": "-5"}, "is not a time"),
         (
             {"gpuspawner.spawner-id": "12; rm -rf"},
             "gpuspawner.spawner-id='12; rm -rf' is not an id",

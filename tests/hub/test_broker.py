@@ -2,7 +2,7 @@
 
 These take containers as `docker inspect` shows them (through the engine's own
 reader); the broker's calls to Docker itself are tested in-process on the real
-engine (tests/hub/test_spawner.py) and on the real stack (tests/stack).
+engine (tests/hub/test_inprocess.py) and on the real stack (tests/stack).
 """
 
 import logging

@@ -3,7 +3,7 @@ from gpuspawner.core.pool import Holder, Pool
 from gpuspawner.core.profiles import default_profiles
 from gpuspawner.core.units import whole
 from gpuspawner.devices.simulated import SimulatedSource
-from gpuspawner.hub import form
+from gpuspawner.hub import form, notices
 
 GPUS = SimulatedSource(4).list_gpus()
 ANN, BOB = 1, 2  # user ids
@@ -59,13 +59,100 @@ def test_everything_shown_is_escaped():
         rows=[form.ProfileRow("gpu-1", "<script>x</script>", "<i>d</i>", "hw", "<u>no</u>", True)],
         holdings="You hold <img src=x onerror=alert(1)>",
         images=["<evil>"],
-        notices=["<script>n</script>"],
+        notices=[form.NoticeRow("<script>n</script>", "c<p>u", "<b>CPU", '/x?a="><p>')],
     )
-    for raw in ["<script>", "<b>model", "<i>d", "<u>no", "<img src", "<evil>"]:
+    for raw in ["<script>", "<b>model", "<i>d", "<u>no", "<img src", "<evil>", "<p>", "<b>CPU"]:
         assert raw not in html
     assert "&lt;script&gt;x&lt;/script&gt;" in html and "&lt;img src=x" in html
+    assert "&lt;script&gt;n&lt;/script&gt;" in html
+
+
+def test_admin_templates_written_for_plain_notices_still_show_them(tmp_path):
+    (tmp_path / form.TEMPLATE).write_text("{% for n in notices %}[{{ n }}]{% endfor %}")
+    assert form.render([str(tmp_path)], notices=[form.NoticeRow("stopped", "cpu")]) == "[stopped]"
 
 
 def test_admins_can_override_the_template(tmp_path):
     (tmp_path / form.TEMPLATE).write_text("custom {{ free }} of {{ total }}")
     assert form.render([str(tmp_path)], free=2, total=4, rows=[]) == "custom 2 of 4"
+
+
+class Stopped:
+    """A stopped server's record as JupyterHub's database holds it."""
+
+    def __init__(self, state, running=False):
+        self.state, self.server = state, (object() if running else None)
+
+
+def test_gpu_servers_stopped_by_policy_offer_the_cpu_profile_and_say_how_by_rest():
+    pool = Pool([g.uuid for g in GPUS])
+    _, limits, usage = rows_for(ANN, set(), pool, {})
+    cpu = notices.cpu_profile(PROFILES, limits, ANN, usage, pool.free_count())
+    assert cpu is not None and cpu.slug == "cpu"
+    found = list(
+        notices.stop_notices(
+            {
+                "train": Stopped({"stop_notice": "GPU idle. Kept.", "restart_on_cpu": True}),
+                "": Stopped({"stop_notice": "Idle. Kept."}),  # was CPU-only: nothing to offer
+                "running": Stopped({"stop_notice": "old"}, running=True),
+                "plain": Stopped({}),
+            },
+            cpu,
+        )
+    )
+    assert [(n.server, n.text, n.restart) for n in found] == [
+        ("", "Idle. Kept.", None),
+        ("train", "GPU idle. Kept.", cpu),
+    ]
+    assert notices.as_json(found[1], "/hub/api/users/ann/servers/") == {
+        "server": "train",
+        "notice": "GPU idle. Kept.",
+        "restart": {
+            "profile": "cpu",
+            "display_name": "CPU only",
+            "method": "POST",
+            "url": "/hub/api/users/ann/servers/train",
+            "json": {"user_options": {"profile": "cpu"}},
+        },
+    }
+
+
+def test_no_cpu_offer_where_the_group_may_not_pick_a_cpu_profile():
+    pool = Pool([g.uuid for g in GPUS])
+    _, limits, usage = rows_for(ANN, {"gpu-only"}, pool, {"gpu-only": {"profiles": ["gpu-1"]}})
+    assert notices.cpu_profile(PROFILES, limits, ANN, usage, pool.free_count()) is None
+
+
+def test_the_offer_is_a_button_posting_to_that_servers_spawn_url_with_the_xsrf_token():
+    cpu = PROFILES[0]
+    shown = notices.rows(
+        [
+            notices.StopNotice("train", "GPU idle.", cpu),
+            notices.StopNotice("", "Default GPU idle.", cpu),
+            notices.StopNotice("cpu-box", "Idle.", None),
+        ],
+        "/hub/spawn/ann",
+        b"token-1",
+    )
+    assert [n.restart_action for n in shown] == [
+        "/hub/spawn/ann/train?_xsrf=token-1",
+        "/hub/spawn/ann?_xsrf=token-1",
+        "",
+    ]
+    html = form.render([], free=0, total=4, rows=[], notices=shown)
+    assert html.count('data-testid="restart-on-cpu"') == 2
+    assert 'name="restart_on" value="cpu"' in html
+    assert 'formaction="/hub/spawn/ann/train?_xsrf=token-1"' in html
+    # Enter in a field submits with the first button: a plain Start, before any offer
+    assert html.index('class="visually-hidden"') < html.index("restart-on-cpu")
+    # no page being served, no token: the notice without a button
+    alone = notices.rows([notices.StopNotice("train", "GPU idle.", cpu)], "/x", None)
+    assert [n.restart_action for n in alone] == [""]
+
+
+def test_the_offer_button_names_the_profile_whatever_else_the_form_chose():
+    from gpuspawner.hub.spawner import _options_from_form
+
+    pressed = {"profile": ["gpu-1"], "restart_on": ["cpu"], "image": ["x"]}
+    assert _options_from_form(pressed) == {"profile": "cpu"}
+    assert _options_from_form({"profile": ["gpu-1"], "_xsrf": ["t"]}) == {"profile": "gpu-1"}

@@ -204,3 +204,14 @@ def test_a_config_the_hub_cannot_run_safely_stops_it_with_one_line(hub_factory, 
     lines = [line for line in bad.log().splitlines() if "gpuspawner:" in line]
     assert len(lines) == 1, bad.log()[-3000:]
     assert expected in lines[0]
+
+
+def test_the_gpu_page_answers_before_the_first_look_at_the_gpus(hub_factory):
+    """Right after a hub starts, no GPU has been sampled yet: the page shows dashes."""
+    fresh = hub_factory("c.GPUSpawner.simulate_gpus = 2\nc.GPUSpawner.monitor_interval = 3600\n")
+    fresh.add_users("admin")
+    page = fresh.login("admin").get(f"{fresh.url}/hub/gpus")
+    assert page.status_code == 200
+    text = page.content.decode("utf-8")
+    assert 'id="gpu-table"' in text and "<td>–</td>" in text
+    assert all(gpu["telemetry"] is None for gpu in fresh.pool()["gpus"])

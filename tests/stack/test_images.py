@@ -1,5 +1,7 @@
 """The images from images/ (scripts/testbed builds them) as real single-user servers under a hub."""
 
+import re
+
 import jupyterhub
 import pytest
 from realhub import CPU_IMAGE, NOTEBOOK_IMAGE, Hub
@@ -12,6 +14,20 @@ c.GPUSpawner.profiles = [
     {{"display_name": "1 GPU", "slug": "gpu-1", "gpus": 1, "default": True}},
 ]
 """
+
+
+# JupyterLab extensions each image ships (images/requirements, labextension/): the front end's
+# name, and the Jupyter server extension beside it.
+LAB_EXTENSIONS = {
+    "gpuspawner-lab": "gpuspawner_lab",
+    "@jupyter-server/resource-usage": "jupyter_resource_usage",
+}
+GPU_LAB_EXTENSIONS = {"jupyterlab-nvdashboard": "jupyterlab_nvdashboard"}
+
+
+def uncoloured(text: str) -> str:
+    """Jupyter's listings colour "enabled" and "OK" even without a terminal."""
+    return re.sub(r"\x1b\[[0-9;]*m", "", text)
 
 
 @pytest.fixture(scope="module")
@@ -46,8 +62,23 @@ def test_each_image_serves_jupyterlab_for_the_hub(hub: Hub, profile, image, flav
     assert run("python3", "-c", writable) == "True"
     assert run("jupyterhub-singleuser", "--version") == jupyterhub.__version__
 
+    labextensions = uncoloured(run("jupyter", "labextension", "list"))
+    server_extensions = uncoloured(run("jupyter", "server", "extension", "list"))
+    wanted = {**LAB_EXTENSIONS, **(GPU_LAB_EXTENSIONS if flavour == "gpu" else {})}
+    for frontend, server in wanted.items():
+        assert re.search(rf"{re.escape(frontend)} v\S+ enabled OK", labextensions), labextensions
+        assert re.search(rf"^ +{server} \S+ OK$", server_extensions, re.M), server_extensions
+    if flavour == "cpu":
+        assert "nvdashboard" not in labextensions
+
+    # the lease, as JupyterLab reads it: through the notebook server, from the hub
+    lease = session.get(f"{hub.url}/user/ann/{profile}/gpuspawner/lease")
+    assert lease.ok, lease.text
     if flavour == "gpu":
-        assert len(hub.held_uuids("ann", profile)) == 1
+        [uuid] = hub.held_uuids("ann", profile)
+        assert [g["uuid"] for g in lease.json()["gpus"]] == [uuid]
+        assert lease.json()["summary"] == "1 GPU"
     else:
         assert hub.visible_devices("ann", profile) == "void"
+        assert lease.json()["summary"] == "CPU only" and lease.json()["gpus"] == []
     hub.stop_server("ann", profile)

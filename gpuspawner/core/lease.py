@@ -1,0 +1,199 @@
+"""How long a server keeps its GPUs: the time left before each limit, in the words users read.
+
+Pure and clock-driven, like `culling.decide`, which stops the server when a
+deadline here has passed: the hub reads the lease to its user inside
+JupyterLab, so that a stop never comes unannounced. `max_age` counts from
+when the GPUs were granted, `gpu_idle_timeout` from when they all fell idle
+(the monitor's idle clock), and the idle timeout from the server's last
+activity as the hub knows it (jupyterhub-idle-culler stops that one, at its
+next look). A warning starts `warn_before` seconds before the hub itself stops
+the server (max_age, gpu_idle_timeout); the idle culler's stop is not the
+hub's to time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from .limits import Limited
+from .words import at_clock, count_gpus, duration, from_group
+
+NOTIFICATION_LENGTH = 140  # JupyterLab cuts a notification's message after this many characters
+
+WARNED = ("max_age", "gpu_idle_timeout")
+LOOK_AGAIN_SECONDS = (5.0, 30.0)  # the soonest and the latest the lease should be read again
+
+
+@dataclass(frozen=True)
+class Deadline:
+    """One limit that applies to the server, and when it stops the server.
+
+    `stops_at` is None while its clock does not run (GPUs in use, no activity
+    known yet); `warn_at` is None for limits the hub does not warn of.
+    """
+
+    key: str
+    limit: float
+    group: str | None
+    stops_at: float | None
+    warn_at: float | None
+    says: str
+
+
+@dataclass(frozen=True)
+class Lease:
+    gpus: int
+    deadlines: tuple[Deadline, ...]
+    now: float
+
+    @property
+    def soonest(self) -> Deadline | None:
+        running = [d for d in self.deadlines if d.stops_at is not None]
+        return min(running, key=lambda d: d.stops_at or 0.0, default=None)
+
+    @property
+    def warning(self) -> Deadline | None:
+        """The soonest stop the hub will make that is near enough to warn of."""
+        due = [d for d in self.deadlines if d.warn_at is not None and d.warn_at <= self.now]
+        return min(due, key=lambda d: d.stops_at or 0.0, default=None)
+
+    def warning_says(self) -> str | None:
+        """The warning, short enough for JupyterLab's notifications (which cut at 140
+        characters): the details are in the deadline's own sentence."""
+        deadline = self.warning
+        if deadline is None or deadline.stops_at is None:
+            return None
+        when = f"at {at_clock(deadline.stops_at, self.now)} ({_in(deadline.stops_at - self.now)})"
+        if deadline.key == "gpu_idle_timeout":
+            idle = self.now - (deadline.stops_at - deadline.limit)
+            return (
+                f"This server stops {when}: its {count_gpus(self.gpus)} {_has(self.gpus)} been "
+                f"idle for {duration(idle)} (gpu_idle_timeout). "
+                f"Use {_it_object(self.gpus)} or save your work."
+            )
+        return (
+            f"This server stops {when}: a GPU server may run {duration(deadline.limit)} "
+            "(max_age). Save your work now."
+        )
+
+    def summary(self) -> str:
+        """The status bar's few words: what the server holds, and the time left."""
+        holds = count_gpus(self.gpus) if self.gpus else "CPU only"
+        soonest = self.soonest
+        if soonest is None or soonest.stops_at is None:
+            return holds
+        return f"{holds} · {duration(max(0.0, soonest.stops_at - self.now))} left"
+
+    def look_again_in(self) -> float:
+        """Seconds until the lease should be read again: at the latest when a warning starts."""
+        soonest, latest = LOOK_AGAIN_SECONDS
+        moments = [
+            moment - self.now
+            for d in self.deadlines
+            for moment in (d.warn_at, d.stops_at)
+            if moment is not None and moment > self.now
+        ]
+        return max(soonest, min([latest, *(m + 1 for m in moments)]))
+
+
+def lease(
+    *,
+    gpus: int,
+    started: float,
+    idle_since: float | None,
+    last_activity: float | None,
+    durations: Mapping[str, Limited],
+    now: float,
+    warn_before: float,
+) -> Lease:
+    """The deadlines of a server holding `gpus` GPUs since `started`.
+
+    `durations` holds the server's limits by key, as `UserLimits.durations`
+    resolves them. The idle culler applies `idle_timeout` to GPU servers and
+    `cpu_idle_timeout` to CPU-only ones, as the spawner tells it at start.
+    """
+    keys = ("max_age", "gpu_idle_timeout", "idle_timeout") if gpus else ("cpu_idle_timeout",)
+    deadlines = []
+    for key in keys:
+        stops_at: float | None
+        limit = durations.get(key)
+        if limit is None or limit.value is None:
+            continue
+        seconds, where = float(limit.value), f"({key}{from_group(limit.group)})"
+        if key == "max_age":
+            stops_at, says = _max_age(seconds, where, started, now)
+        elif key == "gpu_idle_timeout":
+            stops_at, says = _gpu_idle(seconds, where, gpus, idle_since, now)
+        else:
+            stops_at, says = _idle(seconds, where, last_activity, now)
+        warn_at = None
+        if stops_at is not None and warn_before > 0 and key in WARNED:
+            warn_at = stops_at - warn_before
+        deadlines.append(Deadline(key, seconds, limit.group, stops_at, warn_at, says))
+    return Lease(gpus, tuple(deadlines), now)
+
+
+def _max_age(seconds: float, where: str, started: float, now: float) -> tuple[float, str]:
+    stops_at = started + seconds
+    return stops_at, (
+        f"This server stops at {at_clock(stops_at, now)} ({_in(stops_at - now)}) unless you "
+        f"stop it sooner: a GPU server may run {duration(seconds)} {where}."
+    )
+
+
+def _gpu_idle(
+    seconds: float, where: str, gpus: int, idle_since: float | None, now: float
+) -> tuple[float | None, str]:
+    back = f"{_it(gpus)} {_goes(gpus)} back to the pool and this server stops"
+    if idle_since is None:
+        return None, (
+            f"Your {count_gpus(gpus)} {_is(gpus)} not idle. Once idle for {duration(seconds)}, "
+            f"{back} {where}."
+        )
+    stops_at = idle_since + seconds
+    return stops_at, (
+        f"Your {count_gpus(gpus)} {_has(gpus)} been idle for {duration(now - idle_since)}; "
+        f"at {duration(seconds)} {back}, {_in(stops_at - now)} {where}."
+    )
+
+
+def _idle(
+    seconds: float, where: str, last_activity: float | None, now: float
+) -> tuple[float | None, str]:
+    says = f"This server stops after {duration(seconds)} without activity {where}"
+    if last_activity is None:
+        return None, f"{says}."
+    stops_at = last_activity + seconds
+    return stops_at, (
+        f"{says}. The last the hub knows of was {duration(max(0.0, now - last_activity))} "
+        f"ago: {_about_left(stops_at - now)} if nothing happens."
+    )
+
+
+def _in(seconds: float) -> str:
+    return f"in {duration(seconds)}" if seconds >= 1 else "any moment now"
+
+
+def _about_left(seconds: float) -> str:
+    return f"about {duration(seconds)} left" if seconds >= 1 else "it stops any moment now"
+
+
+def _it(gpus: int) -> str:
+    return "it" if gpus == 1 else "they"
+
+
+def _it_object(gpus: int) -> str:
+    return "it" if gpus == 1 else "them"
+
+
+def _is(gpus: int) -> str:
+    return "is" if gpus == 1 else "are"
+
+
+def _has(gpus: int) -> str:
+    return "has" if gpus == 1 else "have"
+
+
+def _goes(gpus: int) -> str:
+    return "goes" if gpus == 1 else "go"

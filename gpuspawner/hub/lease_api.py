@@ -1,0 +1,140 @@
+"""A server's own lease, for the JupyterLab inside it: its GPUs, and the time left.
+
+`GET /hub/api/users/:name/server/gpu-lease` (the default server) and
+`GET /hub/api/users/:name/servers/:server/gpu-lease` (a named one), read-only.
+
+Who may read it: a token holding `access:servers` for that very server. The
+server's own `JUPYTERHUB_API_TOKEN` holds exactly that (JupyterHub's `server`
+role resolves `access:servers!server` to its own server), so the notebook
+server can ask without any new scope granted to anyone. Everyone else who
+holds it (the user, people the user shared the server with, admins) can open
+that JupyterLab and see the lease there anyway. Any other server's lease is
+403, whether or not it exists, so a token learns nothing about other users.
+
+The lease is computed here, from the broker's books and clocks, the limits
+the reclaimer applies, and the idle limit the spawner gave jupyterhub-idle-culler.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+from jupyterhub.apihandlers.base import APIHandler
+from jupyterhub.scopes import has_scope
+from jupyterhub.utils import url_path_join
+from tornado import web
+
+from ..core.lease import Lease, lease
+from ..core.profiles import InvalidUserOptions, choose_profile
+from .broker import Broker
+
+SCOPE = "access:servers"
+
+
+class LeaseAPIHandler(APIHandler):
+    def get(self, user_name: str, server_name: str = "") -> None:
+        if self.current_user is None:
+            raise web.HTTPError(403, "Missing or invalid credentials.")
+        server = f"{user_name}/{server_name}"
+        if not has_scope(f"{SCOPE}!server={server}", self.parsed_scopes, db=self.db):
+            raise web.HTTPError(403, f"This token may not read the lease of server {server}.")
+        user = self.find_user(user_name)
+        orm_spawner = user.orm_spawners.get(server_name) if user is not None else None
+        if orm_spawner is None or orm_spawner.server is None:
+            raise web.HTTPError(404, f"Server {server} is not running.")
+        spawner = user.spawners[server_name]
+        self.set_header("Content-Type", "application/json")
+        self.set_header("Cache-Control", "no-store")
+        self.write(json.dumps(lease_of(spawner, Broker.current())))
+
+
+def lease_of(spawner: Any, broker: Broker) -> dict[str, Any]:
+    """The lease of a running GPUSpawner's server, as JSON for the JupyterLab extension."""
+    now = broker.clock()
+    grant = broker.grant_of(spawner.orm_spawner.id)
+    uuids = grant.uuids if grant is not None else ()
+    user = spawner.user
+    limits = broker.site.limits.for_user({g.name for g in user.groups}, bool(user.admin))
+    durations = dict(limits.durations)
+    if spawner.idle_limit is not None:  # what the idle culler reads from the server's state
+        durations["idle_timeout" if uuids else "cpu_idle_timeout"] = spawner.idle_limit
+    started = grant.since if grant is not None else _epoch(spawner.orm_spawner.started) or now
+    current = lease(
+        gpus=len(uuids),
+        started=started,
+        idle_since=broker.idle.idle_since.get(spawner.orm_spawner.id),
+        last_activity=_epoch(spawner.orm_spawner.last_activity),
+        durations=durations,
+        now=now,
+        warn_before=spawner.warn_before_cull,
+    )
+    return {
+        "user": user.name,
+        "server": spawner.name,
+        "profile": _profile(spawner, broker),
+        "gpus": [
+            {"uuid": g.uuid, "index": g.index, "model": g.model}
+            for g in broker.site.gpus
+            if g.uuid in uuids
+        ],
+        "summary": current.summary(),
+        "limits": [
+            {
+                "key": d.key,
+                "seconds": d.limit,
+                "group": d.group,
+                "stops_at": _iso(d.stops_at),
+                "warn_at": _iso(d.warn_at),
+                "says": d.says,
+            }
+            for d in current.deadlines
+        ],
+        "warning": _warning(current),
+        "refresh_seconds": current.look_again_in(),
+        "now": _iso(now),
+    }
+
+
+def _warning(current: Lease) -> dict[str, Any] | None:
+    deadline, says = current.warning, current.warning_says()
+    if deadline is None or says is None:
+        return None
+    return {"key": deadline.key, "stops_at": _iso(deadline.stops_at), "says": says}
+
+
+def _profile(spawner: Any, broker: Broker) -> dict[str, str] | None:
+    try:
+        profile = choose_profile(
+            spawner.user_options, broker.site.profiles, spawner._images_offered()
+        )
+    except InvalidUserOptions:
+        return None
+    return {"slug": profile.slug, "display_name": profile.display_name}
+
+
+def _epoch(moment: datetime | None) -> float | None:
+    """The hub's database keeps naive UTC datetimes."""
+    if moment is None:
+        return None
+    return moment.replace(tzinfo=UTC).timestamp()
+
+
+def _iso(moment: float | None) -> str | None:
+    if moment is None:
+        return None
+    return datetime.fromtimestamp(moment, UTC).isoformat().replace("+00:00", "Z")
+
+
+def handlers(hub_prefix: str) -> list[tuple[str, type]]:
+    api = url_path_join(hub_prefix, "api/users/([^/]+)")
+    return [
+        (f"{api}/server/gpu-lease", LeaseAPIHandler),
+        (f"{api}/servers/([^/]*)/gpu-lease", LeaseAPIHandler),
+    ]
+
+
+def install(app: Any) -> None:
+    """Serve the lease beside JupyterHub's own API (added handlers are matched first)."""
+    app.tornado_application.add_handlers(".*$", handlers(app.hub_prefix))

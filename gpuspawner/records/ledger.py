@@ -1,0 +1,125 @@
+"""The usage ledger: every grant, from its start to its end, and how busy its GPUs were.
+
+One SQLite file (the standard library's sqlite3, beside the hub's own
+database). Each change is committed as it happens, so a hub killed with
+`kill -9` loses nothing: a grant still open when the hub comes back is either
+adopted again (its server still runs: the same row goes on) or closed by
+recovery at the last moment the hub saw it held. The monitor marks each open
+grant seen, and busy or not, every tick. Closed grants older than the
+retention are dropped, so the file stays small.
+
+The queue orders people by their recent use from here, budgets count their
+GPU-hours from here, and `gpuspawner usage` reports from here.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+from ..core.pool import Grant
+from ..core.usage import UsageRecord
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS grants (
+    spawner_id INTEGER NOT NULL,
+    user_id INTEGER NOT NULL,
+    user TEXT NOT NULL,
+    server TEXT NOT NULL,
+    quota_group TEXT,
+    gpus REAL NOT NULL,
+    start REAL NOT NULL,
+    end REAL,
+    last_seen REAL NOT NULL,
+    busy_seconds REAL NOT NULL DEFAULT 0,
+    PRIMARY KEY (spawner_id, start)
+);
+CREATE INDEX IF NOT EXISTS grants_by_end ON grants (end);
+"""
+COLUMNS = "user_id, user, server, quota_group, gpus, start, end, busy_seconds"
+
+
+class Ledger:
+    """The ledger file. Used from the hub's event loop only; each call is one transaction."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._db = sqlite3.connect(self.path, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.executescript(SCHEMA)
+
+    def close(self) -> None:
+        self._db.close()
+
+    def opened(self, grant: Grant, gpus: float) -> None:
+        """A grant began (or, after a restart, goes on): one row per server and start."""
+        holder = grant.holder
+        self._db.execute(
+            "INSERT OR IGNORE INTO grants "
+            "(spawner_id, user_id, user, server, quota_group, gpus, start, last_seen) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                holder.spawner_id,
+                holder.user_id,
+                holder.user,
+                holder.server,
+                grant.quota_group,
+                gpus,
+                grant.since,
+                grant.since,
+            ),
+        )
+
+    def ended(self, spawner_id: int, at: float) -> None:
+        """A grant's GPUs went back to the pool at `at`."""
+        self._db.execute(
+            "UPDATE grants SET end = ?, last_seen = ? WHERE spawner_id = ? AND end IS NULL",
+            (at, at, spawner_id),
+        )
+
+    def seen(self, now: float, busy: Mapping[int, bool | None]) -> None:
+        """A monitor tick: every open grant held until `now`; the time since its last tick
+        counts as busy where its GPUs were busy now (unknown counts as not busy)."""
+        with self._db:
+            self._db.execute("BEGIN")
+            busy_keys = [key for key, is_busy in busy.items() if is_busy]
+            self._db.executemany(
+                "UPDATE grants SET busy_seconds = busy_seconds + max(0, ? - last_seen) "
+                "WHERE spawner_id = ? AND end IS NULL",
+                [(now, key) for key in busy_keys],
+            )
+            self._db.execute("UPDATE grants SET last_seen = ? WHERE end IS NULL", (now,))
+
+    def close_all_but(self, running: Iterable[int]) -> list[UsageRecord]:
+        """At hub start: grants whose server no longer runs end when the hub last saw them.
+        Returns them, as closed."""
+        keep = set(running)
+        with self._db:
+            self._db.execute("BEGIN")
+            rows = self._db.execute(
+                f"SELECT spawner_id, {COLUMNS}, last_seen FROM grants WHERE end IS NULL"
+            ).fetchall()
+            gone = [row for row in rows if row[0] not in keep]
+            self._db.executemany(
+                "UPDATE grants SET end = last_seen WHERE spawner_id = ? AND end IS NULL",
+                [(row[0],) for row in gone],
+            )
+        return [
+            UsageRecord(user_id, user, server, group, gpus, start, last_seen, busy)
+            for _, user_id, user, server, group, gpus, start, _, busy, last_seen in gone
+        ]
+
+    def records(self, since: float) -> list[UsageRecord]:
+        """Every grant held at any time since `since` (open ones included)."""
+        return self._select("end IS NULL OR end >= ?", (since,))
+
+    def forget_before(self, moment: float) -> int:
+        """Drop grants that ended before `moment` (the retention); how many went."""
+        return self._db.execute("DELETE FROM grants WHERE end < ?", (moment,)).rowcount
+
+    def _select(self, where: str, params: tuple[object, ...]) -> list[UsageRecord]:
+        rows = self._db.execute(
+            f"SELECT {COLUMNS} FROM grants WHERE {where} ORDER BY start", params
+        ).fetchall()
+        return [UsageRecord(*row) for row in rows]

@@ -1,0 +1,77 @@
+"""The start-up adapter's guard: a JupyterHub that starts differently stops the hub loudly."""
+
+import pytest
+from jupyterhub import version_info
+from jupyterhub.app import JupyterHub
+
+from gpuspawner.hub.spawner import GPUSpawner
+from gpuspawner.hub.startup import UnsupportedJupyterHub, check_start_sequence, install
+
+
+class Hub6:
+    """The start sequence the adapter was written for, in miniature."""
+
+    async def initialize(self, argv=None):
+        self.init_tornado_application()
+        await self.init_spawners()
+
+    async def init_spawners(self):
+        pass
+
+    def init_tornado_application(self):
+        pass
+
+
+class SpawnersBeforeTheWebApp(Hub6):
+    async def initialize(self, argv=None):
+        await self.init_spawners()
+        self.init_tornado_application()
+
+
+class SpawnersNoLongerStarted(Hub6):
+    async def initialize(self, argv=None):
+        self.init_tornado_application()
+        await self.init_users()
+
+    async def init_users(self):
+        pass
+
+
+class SynchronousInitSpawners(Hub6):
+    def init_spawners(self):  # type: ignore[override]
+        pass
+
+
+def test_the_installed_jupyterhub_starts_as_the_adapter_expects():
+    check_start_sequence(JupyterHub, tuple(version_info[:3]))
+
+
+def test_the_miniature_of_that_sequence_passes():
+    check_start_sequence(Hub6, (6, 1, 1))
+
+
+@pytest.mark.parametrize(
+    "app_class, message",
+    [
+        (SpawnersBeforeTheWebApp, "no longer runs init_spawners after init_tornado_application"),
+        (SpawnersNoLongerStarted, "no longer runs init_spawners after init_tornado_application"),
+        (SynchronousInitSpawners, "init_spawners is no longer a coroutine method"),
+    ],
+)
+def test_a_jupyterhub_whose_start_sequence_moved_is_refused(app_class, message):
+    with pytest.raises(UnsupportedJupyterHub, match=message):
+        check_start_sequence(app_class, (6, 2, 0))
+
+
+def test_another_major_version_is_refused_by_name():
+    with pytest.raises(UnsupportedJupyterHub, match=r"supports JupyterHub 6\.x, not 7\.0\.0"):
+        check_start_sequence(Hub6, (7, 0, 0))
+
+
+def test_installing_twice_wraps_init_spawners_once():
+    install(GPUSpawner)
+    wrapped = JupyterHub.init_spawners
+    install(GPUSpawner)
+    assert JupyterHub.init_spawners is wrapped
+    assert wrapped.gpuspawner
+    assert not getattr(wrapped.__wrapped__, "gpuspawner", False)

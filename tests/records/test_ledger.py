@@ -1,0 +1,75 @@
+"""The usage ledger keeps every grant through restarts and crashes, and nothing forever."""
+
+import pytest
+
+from gpuspawner.core.pool import Grant, Holder
+from gpuspawner.core.usage import UsageRecord
+from gpuspawner.records.ledger import Ledger
+
+ANN = Holder(1, 10, "ann", "train")
+BOB = Holder(2, 11, "bob")
+
+
+def grant(holder=ANN, since=1000.0, uuids=("GPU-a", "GPU-b"), group="students"):
+    return Grant(holder, uuids, since, group)
+
+
+@pytest.fixture
+def path(tmp_path):
+    return tmp_path / "usage.sqlite"
+
+
+def test_a_grant_is_recorded_from_start_to_end_with_its_busy_time(path):
+    ledger = Ledger(path)
+    ledger.opened(grant(), gpus=2)
+    ledger.seen(1060, {ANN.spawner_id: True})  # busy for the first minute
+    ledger.seen(1120, {ANN.spawner_id: False})  # idle for the second
+    ledger.seen(1180, {ANN.spawner_id: None})  # unknown: not counted as busy
+    ledger.ended(ANN.spawner_id, 1200)
+    [record] = ledger.records(since=0)
+    assert record == UsageRecord(10, "ann", "train", "students", 2.0, 1000, 1200, 60)
+
+
+def test_a_crash_loses_nothing_and_a_restart_goes_on_with_the_same_row(path):
+    crashed = Ledger(path)  # never closed: as after kill -9
+    crashed.opened(grant(), gpus=2)
+    crashed.seen(1300, {ANN.spawner_id: True})
+    restarted = Ledger(path)
+    restarted.opened(grant(), gpus=2)  # adopted again after the restart: no second row
+    restarted.seen(1400, {ANN.spawner_id: True})
+    [record] = restarted.records(since=0)
+    assert record.end is None and record.busy_seconds == 400
+
+
+def test_recovery_closes_what_no_longer_runs_when_it_was_last_seen(path):
+    ledger = Ledger(path)
+    ledger.opened(grant(ANN), gpus=2)
+    ledger.opened(grant(BOB, uuids=("GPU-c",), group=None), gpus=1)
+    ledger.seen(1500, {})
+    closed = Ledger(path).close_all_but(running=[ANN.spawner_id])
+    assert [(r.user, r.end) for r in closed] == [("bob", 1500)]
+    by_user = {r.user: r for r in ledger.records(since=0)}
+    assert by_user["bob"].end == 1500 and by_user["ann"].end is None
+
+
+def test_retention_drops_only_grants_that_ended_before_it(path):
+    ledger = Ledger(path)
+    ledger.opened(grant(ANN, since=0), gpus=1)
+    ledger.ended(ANN.spawner_id, 100)
+    ledger.opened(grant(ANN, since=200), gpus=1)  # the same server, started again
+    ledger.opened(grant(BOB, since=50), gpus=1)  # still running since before the cut
+    assert ledger.forget_before(150) == 1
+    assert sorted((r.user, r.start) for r in ledger.records(since=0)) == [
+        ("ann", 200),
+        ("bob", 50),
+    ]
+
+
+def test_records_are_those_held_at_any_time_in_the_window(path):
+    ledger = Ledger(path)
+    ledger.opened(grant(ANN, since=0), gpus=1)
+    ledger.ended(ANN.spawner_id, 100)
+    ledger.opened(grant(BOB, since=50), gpus=1)
+    ledger.ended(BOB.spawner_id, 300)
+    assert [r.user for r in ledger.records(since=200)] == ["bob"]
+    assert [r.user for r in ledger.records(since=0)] == ["ann", "bob"]
