@@ -20,7 +20,7 @@ from jupyterhub.utils import url_escape_path, url_path_join
 from tornado.httputil import url_concat
 
 from ..core.limits import UserLimits
-from ..core.pool import Usage
+from ..core.pool import Pool
 from ..core.profiles import Profile
 from .form import NoticeRow, why_not_now
 
@@ -36,14 +36,15 @@ class StopNotice:
 
 
 def cpu_profile(
-    profiles: Sequence[Profile], limits: UserLimits, user_id: int, usage: Usage, free: int
+    profiles: Sequence[Profile], limits: UserLimits, user_id: int, pool: Pool
 ) -> Profile | None:
-    """The first CPU-only profile this user may start now, if any."""
+    """The first CPU-only profile this user may start now, if any (a MIG or shared-GPU
+    profile asks for no whole GPU, but is no CPU-only one)."""
     for profile in profiles:
         if (
-            profile.gpus == 0
+            profile.request.kind is None
             and limits.may_pick(profile.slug)
-            and not why_not_now(profile, limits, user_id, usage, free)
+            and not why_not_now(profile, limits, user_id, pool)
         ):
             return profile
     return None

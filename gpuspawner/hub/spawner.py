@@ -156,7 +156,7 @@ class GPUSpawner(GPUSettings, DockerSpawner):
             notices=notices.rows(
                 notices.stop_notices(
                     self.user.orm_user.orm_spawners,
-                    notices.cpu_profile(broker.site.profiles, limits, self.user.id, usage, free),
+                    notices.cpu_profile(self.broker.site.profiles, limits, self.user.id, pool),
                 ),
                 url_path_join(self.hub.base_url, "spawn", url_escape_path(self.user.name)),
                 getattr(self.handler, "xsrf_token", None),
