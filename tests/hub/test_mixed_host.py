@@ -20,8 +20,8 @@ from gpuspawner.engine import docker as engine
 from gpuspawner.hub import form
 from gpuspawner.hub.broker import Broker, KnownServers
 from gpuspawner.hub.monitor import Monitor, Observation
-from gpuspawner.hub.reclaimer import Reclaimer
 from gpuspawner.hub.report import pool_report
+from gpuspawner.records.ledger import Ledger
 
 LOG = logging.getLogger("test")
 HUB = "jupyter"
@@ -198,8 +198,14 @@ def test_the_admin_report_has_a_row_per_unit():
 
 
 def test_only_the_busy_servers_on_a_shared_gpu_count_as_busy(tmp_path):
+    """The monitor's word on busy, which culling and the usage ledger both go by: one busy
+    server on a shared GPU is not its neighbours' busy time."""
     load = tmp_path / "load.json"
-    broker = broker_on(simulated_load_file=str(load))
+    site = GPUSite.from_config(settings(simulated_load_file=str(load)))
+    now = [1000.0]
+    ledger = Ledger(tmp_path / "usage.sqlite")
+    broker = Broker(site, engine.DockerEngine(client=None), HUB, LOG, clock=lambda: now[0])
+    broker.ledger = ledger
     ann = broker.reserve(ANN, SLOT, admit=lambda usage, weight: None)
     bob = broker.reserve(BOB, SLOT, admit=lambda usage, weight: None)
     cat = broker.reserve(CAT, SLOT, admit=lambda usage, weight: None)
@@ -210,7 +216,7 @@ def test_only_the_busy_servers_on_a_shared_gpu_count_as_busy(tmp_path):
     ]
     load.write_text(json.dumps({"3": {"utilization_percent": 90, "processes": processes}}))
     source = broker.site.source
-    monitor = Monitor(broker, LOG, owners=source.process_owners)
+    monitor = Monitor(broker, LOG, busyness=Busyness(), owners=source.process_owners)
     observation = monitor.observe()
     observation = Observation(
         observation.telemetry,
@@ -219,10 +225,13 @@ def test_only_the_busy_servers_on_a_shared_gpu_count_as_busy(tmp_path):
         observation.owners,
         observation.layout,
     )
-    reclaimer = Reclaimer(None, broker, Busyness(), LOG)
-    busy = {g.holder.user: reclaimer._busy(g, observation) for g in (ann, bob, cat)}
+    now[0] = 1060.0
+    monitor.apply(observation)
+    busy = {g.holder.user: observation.busy[g.key] for g in (ann, bob, cat)}
     assert busy == {"ann": True, "bob": False, "cat": False}
     assert observation.telemetry[l40s].utilization_percent == 90
+    records = {r.user: (r.gpus, r.busy_seconds) for r in ledger.records(since=0)}
+    assert records == {"ann": (0.25, 60), "bob": (0.25, 0), "cat": (0.25, 0)}
 
 
 def test_a_mig_instance_marks_its_own_health_only():
