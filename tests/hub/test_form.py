@@ -1,6 +1,6 @@
 from gpuspawner.core.limits import LimitsTable
 from gpuspawner.core.pool import Holder, Pool
-from gpuspawner.core.profiles import default_profiles
+from gpuspawner.core.profiles import Profile, default_profiles
 from gpuspawner.core.units import whole
 from gpuspawner.devices.simulated import SimulatedSource
 from gpuspawner.hub import form, notices
@@ -85,9 +85,9 @@ class Stopped:
 
 
 def test_gpu_servers_stopped_by_policy_offer_the_cpu_profile_and_say_how_by_rest():
-    pool = Pool([g.uuid for g in GPUS])
-    _, limits, usage = rows_for(ANN, set(), pool, {})
-    cpu = notices.cpu_profile(PROFILES, limits, ANN, usage, pool.free_count())
+    pool = Pool([whole(g) for g in GPUS])
+    _, limits = rows_for(ANN, set(), pool, {})
+    cpu = notices.cpu_profile(PROFILES, limits, ANN, pool)
     assert cpu is not None and cpu.slug == "cpu"
     found = list(
         notices.stop_notices(
@@ -118,9 +118,21 @@ def test_gpu_servers_stopped_by_policy_offer_the_cpu_profile_and_say_how_by_rest
 
 
 def test_no_cpu_offer_where_the_group_may_not_pick_a_cpu_profile():
-    pool = Pool([g.uuid for g in GPUS])
-    _, limits, usage = rows_for(ANN, {"gpu-only"}, pool, {"gpu-only": {"profiles": ["gpu-1"]}})
-    assert notices.cpu_profile(PROFILES, limits, ANN, usage, pool.free_count()) is None
+    pool = Pool([whole(g) for g in GPUS])
+    _, limits = rows_for(ANN, {"gpu-only"}, pool, {"gpu-only": {"profiles": ["gpu-1"]}})
+    assert notices.cpu_profile(PROFILES, limits, ANN, pool) is None
+
+
+def test_a_mig_or_shared_profile_is_no_cpu_offer():
+    """They ask for no whole GPU (gpus=0), but a GPU all the same."""
+    pool = Pool([whole(g) for g in GPUS])
+    slices = [
+        Profile("mig", "MIG", 0, mig_profile="1g.10gb"),
+        Profile("shared", "Shared", 0, shared=True),
+        Profile("cpu", "CPU", 0),
+    ]
+    _, limits = rows_for(ANN, set(), pool, {}, profiles=slices)
+    assert notices.cpu_profile(slices, limits, ANN, pool) == slices[2]
 
 
 def test_the_offer_is_a_button_posting_to_that_servers_spawn_url_with_the_xsrf_token():
