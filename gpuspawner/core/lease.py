@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from fractions import Fraction
 
 from .limits import Limited
 from .words import at_clock, count_gpus, duration, from_group
@@ -43,7 +44,7 @@ class Deadline:
 
 @dataclass(frozen=True)
 class Lease:
-    gpus: int
+    gpus: int | Fraction  # GPU-equivalents held: a MIG instance or a shared slot is a part
     deadlines: tuple[Deadline, ...]
     now: float
 
@@ -99,7 +100,7 @@ class Lease:
 
 def lease(
     *,
-    gpus: int,
+    gpus: int | Fraction,
     started: float,
     idle_since: float | None,
     last_activity: float | None,
@@ -107,7 +108,7 @@ def lease(
     now: float,
     warn_before: float,
 ) -> Lease:
-    """The deadlines of a server holding `gpus` GPUs since `started`.
+    """The deadlines of a server holding `gpus` GPUs (GPU-equivalents) since `started`.
 
     `durations` holds the server's limits by key, as `UserLimits.durations`
     resolves them. The idle culler applies `idle_timeout` to GPU servers and
@@ -143,7 +144,7 @@ def _max_age(seconds: float, where: str, started: float, now: float) -> tuple[fl
 
 
 def _gpu_idle(
-    seconds: float, where: str, gpus: int, idle_since: float | None, now: float
+    seconds: float, where: str, gpus: int | Fraction, idle_since: float | None, now: float
 ) -> tuple[float | None, str]:
     back = f"{_it(gpus)} {_goes(gpus)} back to the pool and this server stops"
     if idle_since is None:
@@ -179,21 +180,21 @@ def _about_left(seconds: float) -> str:
     return f"about {duration(seconds)} left" if seconds >= 1 else "it stops any moment now"
 
 
-def _it(gpus: int) -> str:
-    return "it" if gpus == 1 else "they"
+def _it(gpus: int | Fraction) -> str:
+    return "it" if gpus <= 1 else "they"
 
 
-def _it_object(gpus: int) -> str:
-    return "it" if gpus == 1 else "them"
+def _it_object(gpus: int | Fraction) -> str:
+    return "it" if gpus <= 1 else "them"
 
 
-def _is(gpus: int) -> str:
-    return "is" if gpus == 1 else "are"
+def _is(gpus: int | Fraction) -> str:
+    return "is" if gpus <= 1 else "are"
 
 
-def _has(gpus: int) -> str:
-    return "has" if gpus == 1 else "have"
+def _has(gpus: int | Fraction) -> str:
+    return "has" if gpus <= 1 else "have"
 
 
-def _goes(gpus: int) -> str:
-    return "goes" if gpus == 1 else "go"
+def _goes(gpus: int | Fraction) -> str:
+    return "goes" if gpus <= 1 else "go"

@@ -54,15 +54,15 @@ def lease_of(spawner: Any, broker: Broker) -> dict[str, Any]:
     """The lease of a running GPUSpawner's server, as JSON for the JupyterLab extension."""
     now = broker.clock()
     grant = broker.grant_of(spawner.orm_spawner.id)
-    uuids = grant.uuids if grant is not None else ()
+    units = grant.units if grant is not None else ()
     user = spawner.user
     limits = broker.site.limits.for_user({g.name for g in user.groups}, bool(user.admin))
     durations = dict(limits.durations)
     if spawner.idle_limit is not None:  # what the idle culler reads from the server's state
-        durations["idle_timeout" if uuids else "cpu_idle_timeout"] = spawner.idle_limit
+        durations["idle_timeout" if units else "cpu_idle_timeout"] = spawner.idle_limit
     started = grant.since if grant is not None else _epoch(spawner.orm_spawner.started) or now
     current = lease(
-        gpus=len(uuids),
+        gpus=grant.weight if grant is not None else 0,
         started=started,
         idle_since=broker.idle.idle_since.get(spawner.orm_spawner.id),
         last_activity=_epoch(spawner.orm_spawner.last_activity),
@@ -74,10 +74,17 @@ def lease_of(spawner: Any, broker: Broker) -> dict[str, Any]:
         "user": user.name,
         "server": spawner.name,
         "profile": _profile(spawner, broker),
-        "gpus": [
-            {"uuid": g.uuid, "index": g.index, "model": g.model}
-            for g in broker.site.gpus
-            if g.uuid in uuids
+        "gpus": [  # one per unit held: a whole GPU, a MIG instance, a shared GPU's slot
+            {
+                "uuid": u.device,
+                "index": u.index,
+                "model": u.model,
+                "unit": u.id,
+                "kind": u.kind.value,
+                "name": u.name,
+                "label": u.label,
+            }
+            for u in units
         ],
         "summary": current.summary(),
         "limits": [

@@ -22,6 +22,8 @@ interface IGPU {
   uuid: string;
   index: number;
   model: string;
+  name?: string; // "GPU 2 · MIG 1g.10gb #3", "GPU 3 · slot 2 of 4" (hubs with slices)
+  label?: string; // what it is: model, kind and memory
 }
 
 interface ILimit {
@@ -67,7 +69,8 @@ function details(lease: ILease): string[] {
     lines.push(`Profile: ${lease.profile.display_name}`);
   }
   for (const gpu of lease.gpus) {
-    lines.push(`GPU ${gpu.index}: ${gpu.model}, ${gpu.uuid}`);
+    const name = gpu.name ?? `GPU ${gpu.index}`;
+    lines.push(`${name}: ${gpu.label ?? gpu.model}, ${gpu.uuid}`);
   }
   return lines.concat(lease.limits.map(limit => limit.says));
 }

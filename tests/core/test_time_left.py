@@ -1,6 +1,7 @@
 """The lease users read in JupyterLab: time left, the warning, and its agreement with culling."""
 
 from datetime import UTC, datetime
+from fractions import Fraction
 
 import pytest
 from hypothesis import given
@@ -64,6 +65,21 @@ def test_busy_gpus_stop_the_idle_clock_and_no_limit_means_no_line():
         "and this server stops (gpu_idle_timeout)."
     )
     assert current.summary() == "2 GPUs"
+
+
+def test_a_mig_instance_or_shared_slot_reads_as_its_share_of_a_gpu():
+    """Like the culler's own stop notice: a slice is a part of one GPU, in the singular."""
+    current = lease_at(T0 + 60 * MIN, gpus=Fraction(1, 7), idle_since=T0 + 20 * MIN)
+    assert says(current)["gpu_idle_timeout"] == (
+        "Your 1/7 GPU has been idle for 40 min; at 1 h 0 min it goes back to the pool and "
+        "this server stops, in 20 min (gpu_idle_timeout of group students)."
+    )
+    assert current.summary() == "1/7 GPU · 20 min left"
+    warned = lease_at(T0 + 75 * MIN, gpus=Fraction(1, 4), idle_since=T0 + 20 * MIN)
+    assert warned.warning_says() == (
+        "This server stops at 10:20 UTC (in 5 min): its 1/4 GPU has been idle for 55 min "
+        "(gpu_idle_timeout). Use it or save your work."
+    )
 
 
 def test_a_cpu_only_server_has_only_its_idle_timeout():
@@ -185,7 +201,9 @@ def test_the_stop_comes_when_the_lease_says_never_earlier(durations, idle_from, 
 
 
 @given(
-    gpus=st.integers(1, 16),
+    gpus=st.one_of(
+        st.integers(1, 16), st.fractions(Fraction(1, 8), 16, max_denominator=8).filter(bool)
+    ),
     limit=st.integers(60, 48 * 3600),
     warn_before=st.integers(1, 12 * 3600),
     key=st.sampled_from(["max_age", "gpu_idle_timeout"]),

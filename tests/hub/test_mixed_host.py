@@ -6,6 +6,7 @@ engine's own reader; the real stack runs the same in tests/stack/test_slices.py.
 import json
 import logging
 from fractions import Fraction
+from types import SimpleNamespace
 
 import pytest
 
@@ -19,6 +20,7 @@ from gpuspawner.core.units import Kind, Request
 from gpuspawner.engine import docker as engine
 from gpuspawner.hub import form
 from gpuspawner.hub.broker import Broker, KnownServers
+from gpuspawner.hub.lease_api import lease_of
 from gpuspawner.hub.monitor import Monitor, Observation
 from gpuspawner.hub.report import pool_report
 from gpuspawner.records.ledger import Ledger
@@ -279,3 +281,35 @@ def test_a_sick_shared_gpu_names_every_server_on_it(caplog):
     assert f"{l40s} is unhealthy (lost): no new server gets it; ann, bob/train hold it" in (
         caplog.text
     )
+
+
+def test_the_lease_names_each_unit_held_and_counts_its_share():
+    """The JupyterLab lease of a MIG server: its instance, not its whole A100."""
+    broker = broker_on(default_limits={"gpu_idle_timeout": 3600})
+    grant = broker.reserve(ANN, SLICE, admit=lambda usage, weight: None)
+    user = SimpleNamespace(name="ann", groups=[], admin=False)
+    spawner = SimpleNamespace(
+        orm_spawner=SimpleNamespace(id=ANN.spawner_id, started=None, last_activity=None),
+        user=user,
+        name="",
+        idle_limit=None,
+        warn_before_cull=0,
+        user_options={"profile": "slice"},
+        _images_offered=lambda: [],
+    )
+    body = lease_of(spawner, broker)
+    [unit] = grant.units
+    assert body["gpus"] == [
+        {
+            "uuid": unit.device,
+            "index": 2,
+            "model": "NVIDIA A100-SXM4-80GB",
+            "unit": unit.id,
+            "kind": "mig",
+            "name": unit.name,
+            "label": unit.label,
+        }
+    ]
+    assert unit.device != gpu(broker, 2)  # the instance's own UUID, not its GPU's
+    assert body["summary"] == "1/7 GPU"
+    assert body["profile"] == {"slug": "slice", "display_name": "Slice"}
