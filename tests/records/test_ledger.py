@@ -3,6 +3,7 @@
 import pytest
 
 from gpuspawner.core.pool import Grant, Holder
+from gpuspawner.core.units import bare
 from gpuspawner.core.usage import UsageRecord
 from gpuspawner.records.ledger import Ledger
 
@@ -11,7 +12,7 @@ BOB = Holder(2, 11, "bob")
 
 
 def grant(holder=ANN, since=1000.0, uuids=("GPU-a", "GPU-b"), group="students"):
-    return Grant(holder, uuids, since, group)
+    return Grant(holder, tuple(map(bare, uuids)), since, group)
 
 
 @pytest.fixture

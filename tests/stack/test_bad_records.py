@@ -16,6 +16,7 @@ import pytest
 from realhub import BASE_IMAGE, Hub
 
 from gpuspawner.core.pool import Grant, Holder
+from gpuspawner.core.units import bare
 from gpuspawner.engine.docker import labels
 
 CONFIG = """
@@ -40,7 +41,7 @@ def device_request(uuids: list[str]) -> list[docker.types.DeviceRequest]:
 
 def stray(hub: Hub, name: str, gpu: str, **bad_labels: str) -> str:
     """A container labelled as a server of this hub that the database never knew."""
-    grant = Grant(Holder(900, 900, "ghost", name), (gpu,), time.time())
+    grant = Grant(Holder(900, 900, "ghost", name), (bare(gpu),), time.time())
     container = hub.docker.containers.run(
         BASE_IMAGE,
         ["sleep", "300"],
