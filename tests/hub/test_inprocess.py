@@ -359,6 +359,6 @@ async def test_the_gpu_pages_answer_admins_and_refuse_everyone_else(app):
     assert (await api_request(app, "gpus", name="gil")).status_code == 403
     page = await get_page("gpus", app, cookies=await app.login_user("admin"))
     assert page.status_code == 200
-    assert Broker.current().pool.uuids[0] in page.text
+    assert Broker.current().pool.ids[0] in page.text
     refused = await get_page("gpus", app, cookies=await app.login_user("gil"))
     assert refused.status_code == 403
