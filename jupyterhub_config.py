@@ -20,10 +20,10 @@ c.GPUSpawner.simulate_gpus = int(os.environ.get("GPUSPAWNER_SIMULATE_GPUS", "0")
 # c.GPUSpawner.exclude_gpus = [7]   # keep GPU 7 for jobs outside JupyterHub
 # c.GPUSpawner.shared_gpus = {6: 4}  # GPU 6 for up to 4 servers at once: no memory isolation
 #   (then offer it: {"display_name": "Shared GPU", "slug": "shared", "shared": True};
-#   a GPU an admin put in MIG mode is offered by {"mig_profile": "1g.10gb"}; README,
-#   "MIG instances and shared GPUs")
+#   a GPU an admin put in MIG mode is offered by {"mig_profile": "1g.10gb"};
+#   docs/slices.md, "MIG instances and shared GPUs")
 
-# Built from images/gpu and images/cpu (README: "Set up a GPU server", step 5).
+# Built from images/gpu and images/cpu (docs/setup.md: "Set up a GPU server", step 5).
 c.GPUSpawner.image = os.environ.get("GPUSPAWNER_NOTEBOOK_IMAGE", "gpuspawner-notebook:latest")
 CPU_IMAGE = os.environ.get("GPUSPAWNER_CPU_IMAGE", "gpuspawner-notebook-cpu:latest")
 c.GPUSpawner.pull_policy = "ifnotpresent"
@@ -85,7 +85,7 @@ c.GPUSpawner.group_limits = {
     },
 }
 
-# --- Storage: users' files outlive their containers (README: "Storage") -------
+# --- Storage: users' files outlive their containers (docs/configuration.md) --
 # A home per user, shared by all their servers and profiles: GPUSpawner's default, written out.
 # Docker keeps named volumes under its data root (/var/lib/docker/volumes); containers come
 # and go, culls included, and the home stays until an admin deletes it.

@@ -1,6 +1,6 @@
 """gpuspawner: share a multi-GPU server through JupyterHub.
 
-The package is layered (see the README's "How it works"): `core` (the books and
+The package is layered (see docs/architecture.md): `core` (the books and
 the rules, standard library only), `devices` (what GPUs exist), `engine` (where
 containers run), `config` (the admin's settings), `hub` (the spawner and what
 runs inside the hub) and `admin` (the `gpuspawner` command). Importing the

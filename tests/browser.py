@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import tempfile
+from pathlib import Path
 
 from selenium import webdriver
 from selenium.webdriver.chrome.options import Options
@@ -21,6 +22,11 @@ FLAGS = [
     "--window-size=1400,1000",
 ]
 
+# The README's pictures: written by the browser tests that show those pages, at one window
+# size, so that each run's pictures look alike and a diff shows only what changed.
+DOCS_IMAGES = Path(__file__).parents[1] / "docs" / "images"
+SCREENSHOT_SIZE = (1280, 900)
+
 
 def chromium() -> webdriver.Chrome:
     options = Options()
@@ -38,3 +44,15 @@ def log_in(driver: webdriver.Chrome, hub_url: str, user: str, password: str) -> 
     driver.find_element(By.ID, "username_input").send_keys(user)
     driver.find_element(By.ID, "password_input").send_keys(password)
     driver.find_element(By.ID, "login_submit").click()
+
+
+def screenshot_for_docs(driver: webdriver.Chrome, name: str) -> Path:
+    """Saves what `driver` shows as docs/images/NAME.png, at SCREENSHOT_SIZE."""
+    driver.set_window_size(*SCREENSHOT_SIZE)
+    driver.execute_script(  # the page laid out again at the new size before the picture
+        "return new Promise(done => requestAnimationFrame(() => requestAnimationFrame(done)))"
+    )
+    DOCS_IMAGES.mkdir(parents=True, exist_ok=True)
+    target = DOCS_IMAGES / f"{name}.png"
+    assert driver.save_screenshot(str(target)), f"no screenshot written to {target}"
+    return target

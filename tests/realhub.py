@@ -85,16 +85,28 @@ def restart_dockerd(timeout: float = 60) -> None:
     else:
         pid = int(Path("/var/run/docker.pid").read_text())
         os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout
-        while Path(f"/proc/{pid}").exists():
-            assert time.monotonic() < deadline, "dockerd did not stop"
-            time.sleep(0.2)
+        assert _exited(pid, timeout), "dockerd did not stop"
         with open("/var/log/dockerd.log", "a") as log:
             subprocess.Popen(["dockerd"], stdout=log, stderr=log, start_new_session=True)
     deadline = time.monotonic() + timeout
     while subprocess.run(["docker", "info"], capture_output=True).returncode != 0:
         assert time.monotonic() < deadline, "dockerd did not come back"
         time.sleep(0.3)
+
+
+def _exited(pid: int, timeout: float) -> bool:
+    """Whether the process ended; a dockerd this test session started is reaped, not left
+    a zombie that /proc still lists (the second Docker restart in a session waits for it)."""
+    deadline = time.monotonic() + timeout
+    while Path(f"/proc/{pid}").exists():
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)
+            if not Path(f"/proc/{pid}").exists():
+                break
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)
+    return True
 
 
 @dataclass

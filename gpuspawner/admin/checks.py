@@ -28,7 +28,7 @@ from .hubconfig import ConfigError, HubConfig
 
 CudaVersion = tuple[int, int]
 
-SETUP_GUIDE = 'README, "Set up a GPU server"'
+SETUP_GUIDE = 'docs/setup.md, "Set up a GPU server"'
 
 
 class Status(Enum):

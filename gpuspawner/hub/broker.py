@@ -277,17 +277,19 @@ class Broker:
 
     def release_when_gone(
         self, key: int, container_id: str = "", after: Future[object] | None = None
-    ) -> None:
+    ) -> asyncio.Future[None] | None:
         """The hub says a server ended: its GPUs go back once Docker confirms its container
-        gone (after `after`, a create still in flight, has finished). Safe to repeat."""
+        gone (after `after`, a create still in flight, has finished). Safe to repeat.
+        Returns the removal under way, for a caller that wants to wait for it."""
         if container_id:
             self._containers.setdefault(key, set()).add(container_id)
         grant = self.pool.begin_release(key)
         if grant is None:
             self._containers.pop(key, None)
-            return
+            return None
         if key not in self._removing:
             self._start_removal(key, after)
+        return self._removing[key]
 
     async def settled(self, key: int) -> bool:
         """Whether a server's earlier GPUs are released, after one more try if still stopping."""

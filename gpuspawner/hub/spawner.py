@@ -298,17 +298,29 @@ class GPUSpawner(GPUSettings, DockerSpawner):
         self._create_in_flight = None
         self._reserved.clear()
         self.idle_limit = None
+        self._release_when_gone(container_id, in_flight)
+
+    def _release_when_gone(
+        self, container_id: str, in_flight: Future[object] | None = None
+    ) -> asyncio.Future[None] | None:
+        """Ask the broker to free this server's GPUs once Docker confirms its container gone;
+        the removal under way, if any, to wait for."""
         if self.orm_spawner is None:
-            return
+            return None
         try:
             broker = Broker.current()
         except BrokerNotRunning:
-            return  # no broker, no books: nothing was reserved
-        broker.release_when_gone(self.orm_spawner.id, container_id, in_flight)
+            return None  # no broker, no books: nothing was reserved
+        return broker.release_when_gone(self.orm_spawner.id, container_id, in_flight)
 
     async def stop(self, now: bool = False) -> None:
         self._note_idle_cull()
         await super().stop(now)
+        # The hub lists the server as stopped once this returns: by then its GPUs are back,
+        # unless Docker could not confirm the container gone (then they show as stopping).
+        removal = self._release_when_gone(self.object_id)
+        if removal is not None:
+            await asyncio.wait([removal])
 
     def note_stop(self, stopped_at: float, reason: str) -> None:
         """Why a policy stops this server, for its user's next spawn page: that the files are

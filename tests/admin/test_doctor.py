@@ -28,7 +28,7 @@ STAND_IN = Path(__file__).parents[2] / "testbed"
 
 @functools.cache
 def gateway() -> str:
-    """This host on Docker's bridge: where the README has the hub listen."""
+    """This host on Docker's bridge: where the set-up guide (docs/setup.md) has the hub listen."""
     return bridge_gateway(docker.from_env())
 
 
@@ -43,7 +43,7 @@ def with_hook(folder: Path) -> dict[str, str]:
 
 
 def write_config(tmp_path: Path, extra: str = "", images: tuple[str, ...] = (CPU_IMAGE,)) -> Path:
-    """A hub config as the README has the admin write it, on 4 simulated GPUs."""
+    """A hub config as docs/setup.md has the admin write it, on 4 simulated GPUs."""
     default, *others = images
     cpu_profile = {"display_name": "CPU only", "slug": "cpu", "gpus": 0}
     if others:

@@ -13,7 +13,7 @@ ships no conftest.py) and runs it with this plugin. The plugin
 - tags our local notebook image as the images the tests name (there is no
   registry here), and removes those tags afterwards;
 - skips exactly the tests whose expectations GPUSpawner breaks by design, each
-  with the design choice named (the README lists them), and one that needs a
+  with the design choice named (docs/configuration.md lists them), and one that needs a
   registry this test bed cannot reach.
 """
 

@@ -6,7 +6,7 @@ import threading
 from collections.abc import Iterator
 
 import pytest
-from browser import chromium, log_in
+from browser import chromium, log_in, screenshot_for_docs
 from realhub import CPU_IMAGE, NOTEBOOK_IMAGE, PASSWORD, Hub, free_port
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions
@@ -148,6 +148,7 @@ def test_start_my_server_on_the_home_page_still_works(hub: Hub, browser):
     WebDriverWait(browser, 20).until(
         expected_conditions.presence_of_element_located((By.ID, "spawn_form"))
     )
+    screenshot_for_docs(browser, "spawn-form")  # the README's picture of the form
     browser.find_element(By.CSS_SELECTOR, "#spawn_form button[type=submit]").click()
     hub.wait_ready("alice")
     assert len(hub.held_uuids("alice")) == 1  # gpu-1, the default profile

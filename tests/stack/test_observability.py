@@ -4,7 +4,7 @@ import json
 
 import pytest
 import requests
-from browser import chromium, log_in
+from browser import chromium, log_in, screenshot_for_docs
 from prometheus_client.parser import text_string_to_metric_families
 from realhub import PASSWORD, Hub
 from selenium.webdriver.common.by import By
@@ -86,14 +86,14 @@ def browser():
     driver.quit()
 
 
-def test_an_admin_sees_the_holders_and_stops_one_from_the_page(hub: Hub, browser, tmp_path):
+def test_an_admin_sees_the_holders_and_stops_one_from_the_page(hub: Hub, browser):
     log_in(browser, hub.url, "admin", PASSWORD)
     browser.find_element(By.LINK_TEXT, "GPUs").click()  # linked from the hub's navigation
     WebDriverWait(browser, 20).until(expected_conditions.title_contains("GPUs"))
     table = browser.find_element(By.ID, "gpu-table").text
     assert "ann" in table and "bob / train" in table
     assert "1 of 4" in browser.find_element(By.CSS_SELECTOR, "[data-testid=summary]").text
-    browser.save_screenshot(str(tmp_path / "gpus-page.png"))
+    screenshot_for_docs(browser, "gpus-page")  # the README's picture of the admin page
 
     [bob_gpu] = [g["uuid"] for g in hub.pool()["gpus"] if (g["holder"] or {}).get("user") == "bob"]
     row = browser.find_element(By.CSS_SELECTOR, f'tr[data-uuid="{bob_gpu}"]')
