@@ -201,8 +201,10 @@ def test_the_stop_comes_when_the_lease_says_never_earlier(durations, idle_from, 
 
 
 @given(
-    gpus=st.one_of(
-        st.integers(1, 16), st.fractions(Fraction(1, 8), 16, max_denominator=8).filter(bool)
+    gpus=st.one_of(  # what one server can hold: whole GPUs, or one MIG instance or slot
+        st.integers(1, 16),
+        st.builds(Fraction, st.integers(1, 7), st.just(7)),  # k/7 of an A100's or H100's slices
+        st.builds(Fraction, st.just(1), st.integers(2, 16)),  # a slot of a GPU shared by n
     ),
     limit=st.integers(60, 48 * 3600),
     warn_before=st.integers(1, 12 * 3600),
