@@ -97,15 +97,6 @@ class GPUSettings(HasTraits):
         More than 0. Example: `c.GPUSpawner.monitor_interval = 5`.""",
     )
 
-    @validate("monitor_interval")
-    def _positive_interval(self, proposal: Any) -> float:
-        if not proposal.value > 0:
-            raise TraitError(
-                f"c.GPUSpawner.monitor_interval must be a number of seconds > 0, "
-                f"got {proposal.value!r}"
-            )
-        return float(proposal.value)
-
     usage_ledger_file = Unicode(
         "gpuspawner-usage.sqlite",
         config=True,
@@ -124,11 +115,12 @@ class GPUSettings(HasTraits):
         Example: `c.GPUSpawner.usage_retention_days = 365`.""",
     )
 
-    @validate("usage_retention_days")
-    def _positive_retention(self, proposal: Any) -> float:
+    @validate("monitor_interval", "usage_retention_days")
+    def _positive(self, proposal: Any) -> float:
+        unit = {"monitor_interval": "seconds", "usage_retention_days": "days"}[proposal.trait.name]
         if not proposal.value > 0:
             raise TraitError(
-                f"c.GPUSpawner.usage_retention_days must be a number of days > 0, "
+                f"c.GPUSpawner.{proposal.trait.name} must be a number of {unit} > 0, "
                 f"got {proposal.value!r}"
             )
         return float(proposal.value)
