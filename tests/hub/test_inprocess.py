@@ -235,7 +235,11 @@ async def test_two_containers_claiming_one_gpu_at_hub_start_one_is_adopted_and_i
         NOTEBOOK_IMAGE,
         HTTP_STUB,
         name=original["Name"].lstrip("/"),
-        labels={**original["Config"]["Labels"], "gpuspawner.gpus": shared},
+        labels={
+            **original["Config"]["Labels"],
+            "gpuspawner.gpus": shared,
+            "gpuspawner.units": shared,  # a whole GPU's unit is its UUID
+        },
         host_config={"DeviceRequests": device_requests([shared])},
     )
     client.start(forged["Id"])

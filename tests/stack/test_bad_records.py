@@ -54,6 +54,11 @@ def stray(hub: Hub, name: str, gpu: str, **bad_labels: str) -> str:
     return container.name
 
 
+def claims(gpus: list[str]) -> dict[str, str]:
+    """Labels that say a container holds these whole GPUs (a whole GPU's unit is its UUID)."""
+    return {"gpuspawner.gpus": ",".join(gpus), "gpuspawner.units": ",".join(gpus)}
+
+
 def replace(hub: Hub, user: str, gpus: list[str], **new_labels: str) -> str:
     """Swap a user's notebook container for a copy whose labels and device request say
     otherwise: the same name, command, token and port, so the hub finds it answering."""
@@ -67,7 +72,7 @@ def replace(hub: Hub, user: str, gpus: list[str], **new_labels: str) -> str:
         config["Cmd"],
         name=original["Name"].lstrip("/"),
         environment=config["Env"],
-        labels={**config["Labels"], "gpuspawner.gpus": ",".join(gpus), **new_labels},
+        labels={**config["Labels"], **claims(gpus), **new_labels},
         ports=[8888],
         host_config=api.create_host_config(
             port_bindings={8888: (binding["HostIp"], int(binding["HostPort"]))},

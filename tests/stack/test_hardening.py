@@ -118,6 +118,9 @@ def browser():
 
 
 def test_a_link_on_another_site_starts_nothing(hub: Hub, evil: EvilSite, browser):
+    # The test before ran a second hub on this dockerd, with the same simulated GPUs: this
+    # hub saw its server as GPU use outside JupyterHub until its next look after the stop.
+    hub.wait_for(lambda: hub.pool()["free"] == 4, what="the other hub's GPU use gone")
     log_in(browser, hub.url, "alice", PASSWORD)
     WebDriverWait(browser, 20).until(expected_conditions.url_contains("/hub/"))
     for page in evil.pages:

@@ -109,7 +109,7 @@ def test_jupyterlab_shows_the_lease_and_warns_before_the_cull(hub: Hub, browser)
     browser.find_element(By.ID, "gpuspawner-lease").click()
     details = wait.until(lambda d: text_of(d, ".jp-gpuspawner-details"))
     assert "Profile: 1 GPU" in details
-    assert re.search(rf"GPU \d: NVIDIA H100 80GB HBM3, {uuid}", details), details
+    assert re.search(rf"GPU \d: NVIDIA H100 80GB HBM3 · 80 GiB, {uuid}", details), details
     assert "(max_age of group researchers)" in details and "This server stops at" in details
     assert re.search(
         r"Your 1 GPU has been idle for [^;]+; at 2 min it goes back to the pool and this "

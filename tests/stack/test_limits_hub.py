@@ -169,4 +169,6 @@ def test_malformed_limits_stop_the_hub_naming_group_and_key(hub_factory):
     hub.start(wait=False)
     assert hub.process.wait(60) != 0
     [line] = [line for line in hub.log().splitlines() if "gpuspawner:" in line]
-    assert "group_limits['students']['max_gpus_per_user'] must be a whole number" in line
+    assert (
+        "group_limits['students']['max_gpus_per_user'] must be a number of GPU-equivalents" in line
+    )
