@@ -241,6 +241,11 @@ class Hub:
         assert response.status_code in (201, 202), response.text
         return self.wait_ready(user, server)
 
+    def wait_started_by_browser(self, user: str, server: str = "") -> dict:
+        """After a click on Start: the form's POST reaches the hub, then the server is ready."""
+        self.wait_for(lambda: self.server_model(user, server), what=f"{user}/{server} listed")
+        return self.wait_ready(user, server)
+
     def wait_ready(self, user: str, server: str = "", timeout: float = 90) -> dict:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

@@ -139,7 +139,7 @@ def test_a_link_on_another_site_starts_nothing(hub: Hub, evil: EvilSite, browser
     assert "A link cannot start a server" in error
     assert browser.find_element(By.CSS_SELECTOR, 'input[value="gpu-1"]').is_selected()
     browser.find_element(By.CSS_SELECTOR, "#spawn_form button[type=submit]").click()
-    hub.wait_ready("alice")
+    hub.wait_started_by_browser("alice")
     assert len(hub.held_uuids("alice")) == 1
     hub.stop_server("alice")
 
@@ -153,7 +153,7 @@ def test_start_my_server_on_the_home_page_still_works(hub: Hub, browser):
     )
     screenshot_for_docs(browser, "spawn-form")  # the README's picture of the form
     browser.find_element(By.CSS_SELECTOR, "#spawn_form button[type=submit]").click()
-    hub.wait_ready("alice")
+    hub.wait_started_by_browser("alice")
     assert len(hub.held_uuids("alice")) == 1  # gpu-1, the default profile
     hub.stop_server("alice")
 

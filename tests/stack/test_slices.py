@@ -156,7 +156,7 @@ def test_the_form_shows_each_kind_with_its_free_count_and_greys_out_the_rest(hub
     assert "no memory isolation" in row("shared").text
     row("slice").click()
     browser.find_element(By.CSS_SELECTOR, "form button[type=submit], input[type=submit]").click()
-    hub.wait_ready("viewer", "look")
+    hub.wait_started_by_browser("viewer", "look")
     [device] = device_ids(hub, "viewer", "look")
     assert device.startswith("MIG-")
     refused = hub.spawn("m0", profile="slice")  # the instance m0 gave back went to viewer
