@@ -22,6 +22,7 @@ from traitlets import (
 )
 
 from ..core.placement import PLACEMENT_POLICIES
+from ..core.queue import DEFAULT_RESERVE_AFTER
 
 
 class GPUSettings(HasTraits):
@@ -121,6 +122,48 @@ class GPUSettings(HasTraits):
         if not proposal.value > 0:
             raise TraitError(
                 f"c.GPUSpawner.{proposal.trait.name} must be a number of {unit} > 0, "
+                f"got {proposal.value!r}"
+            )
+        return float(proposal.value)
+
+    usage_half_life_days = Float(
+        7.0,
+        config=True,
+        help="""Half-life, in days, of the recent GPU use that orders the waiting line.
+
+        Within one group priority, whoever used fewer GPU-hours recently starts first;
+        each GPU-hour counts less as it ages, by half per half-life (Slurm's
+        PriorityDecayHalfLife, also 7 days by default). Shorter forgets sooner: 1
+        makes last week's heavy user nearly equal again by Monday. Read from the
+        usage ledger, so a hub restart forgets nothing. More than 0.
+        Example: `c.GPUSpawner.usage_half_life_days = 3`.""",
+    )
+    line_reserve_after = Float(
+        DEFAULT_RESERVE_AFTER,
+        config=True,
+        help="""Seconds the head of the waiting line waits before GPUs are kept for it.
+
+        Until then, anyone further back whose request fits starts on freed GPUs at
+        once (backfill: no GPU idles while someone it fits waits). After it, freed
+        GPUs gather for the head until it can start, so a 4-GPU request is never
+        starved by a stream of 1-GPU ones. Shorter favours big requests, longer
+        keeps GPUs busier. 0 or more. Example: `c.GPUSpawner.line_reserve_after = 300`.""",
+    )
+
+    @validate("usage_half_life_days")
+    def _positive_half_life(self, proposal: Any) -> float:
+        if not 0 < proposal.value < float("inf"):
+            raise TraitError(
+                f"c.GPUSpawner.usage_half_life_days must be a number of days > 0, "
+                f"got {proposal.value!r}"
+            )
+        return float(proposal.value)
+
+    @validate("line_reserve_after")
+    def _reserve_after(self, proposal: Any) -> float:
+        if not 0 <= proposal.value < float("inf"):
+            raise TraitError(
+                f"c.GPUSpawner.line_reserve_after must be a number of seconds ≥ 0, "
                 f"got {proposal.value!r}"
             )
         return float(proposal.value)
@@ -239,7 +282,10 @@ class GPUSettings(HasTraits):
         Keys: `max_gpus_per_server`, `max_gpus_per_user`, `max_gpus_group` (all
         members together), counted in GPU-equivalents (a whole GPU 1, a MIG
         instance its share of its GPU's compute slices, a shared GPU's slot
-        1/slots), and `profiles` (slugs the group may pick). A key left
+        1/slots), `profiles` (slugs the group may pick), the culling timeouts,
+        and for the waiting line `max_wait` (seconds a start may wait for GPUs;
+        0, the default, refuses at once) and `priority` (higher goes first;
+        default 0). A key left
         out takes its value from `default_limits`. A user in several groups
         gets the most generous value of each. Example::
 

@@ -27,9 +27,15 @@ from ..config.site import GPUSite
 from ..core.culling import IdleClock
 from ..core.gpus import Telemetry
 from ..core.pool import GONE, Admission, AlreadyHolding, Grant, Holder
+from ..core.queue import DEFAULT_RESERVE_AFTER
 from ..core.units import Kind, Request, Unit
+from ..core.usage import DEFAULT_HALF_LIFE, decayed_gpu_hours
 from ..engine.base import Engine, Seen
 from ..records.ledger import Ledger
+from ..records.waiting import LineRecord
+from .waiting import Line
+
+RECENT_USE_HALF_LIVES = 10  # use older than this many half-lives counts for less than 0.1 %
 
 
 @dataclass(frozen=True)
@@ -69,6 +75,8 @@ class Broker:
         ignore_containers: Iterable[str] = (),
         clock: Callable[[], float] = time.time,
         ledger: Ledger | None = None,
+        reserve_after: float = DEFAULT_RESERVE_AFTER,
+        half_life: float = DEFAULT_HALF_LIFE,
     ) -> None:
         self.site = site
         self.pool = site.new_pool(clock)
@@ -86,6 +94,16 @@ class Broker:
         self._removing: dict[int, asyncio.Task[None]] = {}
         self.stoppables: list[Callable[[], None]] = []  # the monitor and friends, for shutdown
         self.ledger = ledger  # the usage ledger: every grant's start, end and busy time
+        self.half_life = half_life  # of recent use, which orders the waiting line
+        self.line = Line(
+            self.pool,
+            self.idle,
+            clock,
+            log,
+            reserve_after=reserve_after,
+            recent_use=self._recent_use if ledger is not None else None,
+            record=LineRecord(ledger.path) if ledger is not None else None,
+        )
 
     # --- one per hub process -------------------------------------------------
     @classmethod
@@ -110,6 +128,7 @@ class Broker:
             task.cancel()
         if Broker._current is self:
             Broker._current = None
+        self.line.close()
         if self.ledger is not None:
             self.ledger.close()
         self.executor.shutdown(wait=False, cancel_futures=True)
@@ -289,6 +308,7 @@ class Broker:
             return None
         if key not in self._removing:
             self._start_removal(key, after)
+        self.line.run()  # its group's quota has room now, though its GPUs are not yet free
         return self._removing[key]
 
     async def settled(self, key: int) -> bool:
@@ -333,5 +353,13 @@ class Broker:
                 self.log.info(
                     "gpuspawner: %s returned %s", released.holder.name, ", ".join(released.uuids)
                 )
+                self.line.run()  # the next in line starts now, not at the next monitor tick
         finally:
             self._removing.pop(key, None)
+
+    # --- the waiting line's order -------------------------------------------------
+    def _recent_use(self, now: float) -> dict[int, float]:
+        """Each user's decayed GPU-hours, from the ledger (so it outlives hub restarts)."""
+        assert self.ledger is not None
+        since = now - RECENT_USE_HALF_LIVES * self.half_life
+        return decayed_gpu_hours(self.ledger.records(since), now, self.half_life)

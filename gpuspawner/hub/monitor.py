@@ -6,9 +6,10 @@ a MIG layout) and which container each GPU process belongs to; then, back on
 the hub's loop, follows the layout, decides which servers' GPUs are busy
 (recorded in the usage ledger), retries the removals Docker has not confirmed
 (even when it could not list the containers), keeps out of the pool what is
-unhealthy or used outside JupyterHub, and hands the observation to listeners
-(activity and culling). A failing read is logged and the rest of the tick
-skipped; it never stops the hub or a server.
+unhealthy or used outside JupyterHub, lets the waiting line start whoever now
+fits, and hands the observation to listeners (activity and culling). A failing
+read is logged and the rest of the tick skipped; it never stops the hub or a
+server.
 
 A whole GPU or MIG instance is busy by its own sample. A slot of a shared GPU
 is busy by its server's own processes on that GPU (NVML lists them by PID; the
@@ -78,6 +79,7 @@ class Monitor:
             loop = asyncio.get_running_loop()
             observation = await loop.run_in_executor(self.broker.executor, self.observe)
             self.apply(observation)
+            self.broker.line.run()  # a GPU back from ill health or outside use; new estimates
             for listener in self.listeners:
                 result = listener(observation)
                 if result is not None:

@@ -1,0 +1,95 @@
+"""What a start in the waiting line is told: where it stands, and why its wait ended.
+
+Pure words, in one place: the pending page, the REST API's progress and the
+spawn page say the same things the same way. Each message says what the
+person waits for, where they stand, what (if anything) gives a time, and what
+they can do.
+"""
+
+from __future__ import annotations
+
+from .limits import Limited
+from .words import DEFAULT_GROUP, clock_time, count_gpus, duration, from_group, ordinal, your_server
+
+QUOTA = "max_gpus_group"  # the one limit that waiting can change: a group member gives GPUs back
+
+
+def standing(
+    gpus: float,
+    place: int,
+    group: str,
+    now: float,
+    deadline: float,
+    max_wait: Limited,
+    *,
+    quota: str | None = None,
+    kept_for: bool = False,
+    freeing: str | None = None,
+) -> str:
+    """ "Waiting for 2 GPUs — you are 3rd in line (group researchers). 1 GPU frees up when …"
+
+    `group` is the one the user waits as (their priority's), `quota` the group whose
+    max_gpus_group holds them back, if that is what they wait for; `freeing` is the
+    estimate (`estimates.next_freeing`), where there is a basis for one.
+    """
+    text = f"Waiting for {count_gpus(gpus)}"
+    if quota is not None:
+        text += f" within the quota{from_group(quota)} ({QUOTA})"
+    text += f" — you are {ordinal(place)} in line ({_as_group(group)})."
+    if kept_for:
+        text += " GPUs that free up are kept for you."
+    if freeing:
+        text += f" {freeing}."
+    return (
+        f"{text} You wait until {clock_time(deadline, now)} at the most "
+        f"(max_wait{from_group(max_wait.group)})."
+    )
+
+
+def gave_up(server: str, gpus: float, place: int, max_wait: Limited, quota: str | None) -> str:
+    """Why a start's wait ended at its max_wait, and what the user can do."""
+    why = (
+        f"its group's GPUs stayed in use ({QUOTA}{from_group(quota)})"
+        if quota
+        else ("no GPU came free for it")
+    )
+    return (
+        f"{_capital(your_server(server))} waited {duration(max_wait.value or 0)} in line for "
+        f"{count_gpus(gpus)}, the longest it may wait (max_wait{from_group(max_wait.group)}), "
+        f"and {why} (it was {ordinal(place)} in line). Nothing is held for it: start it again "
+        "to join the line anew, or pick a profile with fewer GPUs."
+    )
+
+
+def kept_for_another(gpus: float) -> str:
+    """Why a start that may not wait (max_wait 0) is refused though GPUs are free."""
+    return (
+        f"Not enough free GPUs for {count_gpus(gpus)} now: the GPUs that free up are kept for a "
+        "start that has waited longest in line. Try again when it has started, or pick a "
+        "profile with fewer GPUs."
+    )
+
+
+def removed(server: str, at: float) -> str:
+    return (
+        f"An admin removed the start of {your_server(server)} from the waiting line at "
+        f"{clock_time(at, at)}. Nothing is held for it; you may start it again."
+    )
+
+
+def ended_by_restart(server: str, gpus: float, profile: str, arrived: float, at: float) -> str:
+    """For the next spawn page of someone who was waiting when the hub stopped."""
+    return (
+        f"The start of {your_server(server)} ended at {clock_time(at, at)}: it was waiting in "
+        f"line for {count_gpus(gpus)} (profile {profile!r}) since {clock_time(arrived, at)} "
+        "when the hub restarted, and a restart ends every waiting start. Nothing is held for "
+        "it: start it again to join the line anew."
+    )
+
+
+def _as_group(group: str) -> str:
+    return group if group == DEFAULT_GROUP else f"group {group}"
+
+
+def _capital(text: str) -> str:
+    return text[:1].upper() + text[1:]

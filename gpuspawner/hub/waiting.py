@@ -1,0 +1,364 @@
+"""The waiting line inside the hub: GPU starts that wait their turn instead of being refused.
+
+Every GPU start passes through the broker's line. One that can be served now
+starts at once; one that cannot waits, up to its group's `max_wait`, and is
+woken with its GPUs already reserved when its turn comes. Who goes next is the
+core's rule (`core.queue`: priority, then recent GPU-hours, then arrival;
+backfill, then a reservation for a head that has waited `reserve_after`).
+
+The line never polls. A pass runs when something happens that can let a
+waiter start: Docker confirms a release (`Broker._remove`), a server ends (its
+group's quota has room again), the monitor has looked at the machine (health,
+GPUs used outside JupyterHub), someone joins or leaves the line. In that pass
+each waiter whose turn has come gets its GPUs from the pool (one atomic step
+each, in line order) and is woken. JupyterHub cancels a pending spawn's task
+on DELETE, so a waiter leaves the line in a `finally` and holds nothing.
+
+Entries are also written down (`records.waiting`), so that a restarted hub,
+which has lost every pending spawn, can tell each person their start ended.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import Counter
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..core import waiting as words
+from ..core.culling import IdleClock
+from ..core.estimates import Holding, next_freeing
+from ..core.limits import LimitExceeded, UserLimits
+from ..core.placement import NotEnoughGPUs
+from ..core.pool import Grant, Holder, Pool
+from ..core.queue import DEFAULT_RESERVE_AFTER, Outcome, Waiting, in_order, starting_now
+from ..core.waiting import QUOTA
+from ..core.words import DEFAULT_GROUP, duration
+from ..records.waiting import LineRecord, Waited
+
+RECENT_USE_TTL = 60.0  # seconds between two reads of everyone's recent use from the ledger
+
+
+class WaitEnded(Exception):
+    """A wait that ended without GPUs. The message is for the user; `outcome` names the end
+    for the wait-time metric, `reason` for the hub's refusal counter."""
+
+    def __init__(self, message: str, outcome: str, reason: str) -> None:
+        super().__init__(message)
+        self.outcome, self.reason = outcome, reason
+
+
+@dataclass(eq=False)
+class Entry:
+    waiting: Waiting
+    holder: Holder
+    slug: str  # the profile asked for
+    profile: str  # its display name
+    limits: UserLimits
+    reserve: Callable[[], Grant]  # the GPUs now, or NotEnoughGPUs / LimitExceeded
+    result: asyncio.Future[Grant]
+    tried: Outcome | None = None  # at the last pass (None: a reservation ahead kept it waiting)
+    blocked: Exception | None = None  # why it could not start at its last try
+
+    @property
+    def deadline(self) -> float:
+        return self.waiting.arrived + float(self.limits.max_wait.value or 0)
+
+    @property
+    def quota(self) -> str | None:
+        """The group whose quota it waits for, if that is what holds it back."""
+        over = self.blocked
+        return over.group if isinstance(over, LimitExceeded) and over.key == QUOTA else None
+
+
+@dataclass(frozen=True)
+class Standing:
+    """One entry as admins see it."""
+
+    position: int
+    key: int
+    user: str
+    server: str
+    profile: str
+    gpus: float
+    group: str
+    priority: int
+    recent_gpu_hours: float
+    arrived: float
+    gives_up_at: float
+    waiting_for: str  # "gpus", or "quota" (its group's max_gpus_group)
+    kept_for: bool  # freed GPUs gather for it (it heads the line and has waited reserve_after)
+
+
+class Line:
+    """One hub's waiting line. Used from the hub's event loop only."""
+
+    def __init__(
+        self,
+        pool: Pool,
+        idle: IdleClock,
+        clock: Callable[[], float],
+        log: logging.Logger,
+        *,
+        reserve_after: float = DEFAULT_RESERVE_AFTER,
+        recent_use: Callable[[float], Mapping[int, float]] | None = None,
+        record: LineRecord | None = None,
+    ) -> None:
+        self.pool, self.idle, self.clock, self.log = pool, idle, clock, log
+        self.reserve_after = reserve_after
+        self.recent_use = recent_use or (lambda now: {})
+        self.record = record
+        # Set by the hub at start: each user's limits (for the estimates' clocks), and the
+        # wait-time metric.
+        self.limits_of: Callable[[int], UserLimits | None] = lambda user_id: None
+        self.observe: Callable[[str, float], None] = lambda outcome, seconds: None
+        self._entries: dict[int, Entry] = {}
+        self._order: list[int] = []  # the waiting keys in line order, as of the last pass
+        self._reserving: int | None = None  # the head freed GPUs gather for
+        self._changed: asyncio.Future[None] | None = None
+        self._recent: tuple[float, Mapping[int, float]] = (float("-inf"), {})
+
+    # --- a start's way through the line ----------------------------------------------
+    async def take(
+        self,
+        holder: Holder,
+        slug: str,
+        profile: str,
+        gpus: int,
+        limits: UserLimits,
+        reserve: Callable[[], Grant],
+    ) -> Grant:
+        """GPUs for a start: now if its turn has come, else once it comes, within max_wait.
+
+        Raises what `reserve` raises where waiting cannot help (max_wait 0: today's
+        refusal; a limit other than the group's quota), and WaitEnded when the wait ends
+        without GPUs.
+        """
+        entry = self._join(holder, slug, profile, gpus, limits, reserve)
+        outcome = "cancelled"  # unless the wait ends otherwise: JupyterHub cancelled the spawn
+        try:
+            self.run()
+            if not entry.result.done() and not limits.max_wait.value:
+                outcome = "refused"
+                raise entry.blocked or WaitEnded(words.kept_for_another(gpus), outcome, "capacity")
+            timeout = max(0.0, entry.deadline - self.clock())
+            if not (await asyncio.wait([entry.result], timeout=timeout))[0]:
+                outcome = "max_wait"
+                text = words.gave_up(
+                    holder.server, gpus, self._place(entry), limits.max_wait, entry.quota
+                )
+                raise WaitEnded(text, outcome, "limit" if entry.quota else "capacity")
+            outcome = "refused"  # unless the result is GPUs, or the end of the wait
+            error = entry.result.exception()
+            if error is not None:
+                outcome = getattr(error, "outcome", outcome)
+                raise error
+            outcome = "started"
+            return entry.result.result()
+        finally:
+            if self._entries.get(entry.waiting.key) is entry:
+                self._end(entry)
+                self.run()  # it may have been the head that freed GPUs gathered for
+            self.observe(outcome, self.clock() - entry.waiting.arrived)
+
+    def _join(
+        self,
+        holder: Holder,
+        slug: str,
+        profile: str,
+        gpus: int,
+        limits: UserLimits,
+        reserve: Callable[[], Grant],
+    ) -> Entry:
+        arrived = self.clock()
+        group, priority = limits.priority.group or DEFAULT_GROUP, limits.priority.value or 0
+        waiting = Waiting(holder.spawner_id, holder.user_id, group, priority, gpus, arrived)
+        result = asyncio.get_running_loop().create_future()
+        entry = Entry(waiting, holder, slug, profile, limits, reserve, result)
+        self._entries[waiting.key] = entry
+        if self.record is not None:
+            ids = (holder.spawner_id, holder.user_id, holder.user, holder.server)
+            self.record.joined(Waited(*ids, profile, gpus, arrived))
+        return entry
+
+    def remove(self, key: int) -> bool:
+        """An admin takes a start out of the line; it ends with a message, holding nothing."""
+        entry = self._entries.get(key)
+        if entry is None:
+            return False
+        text = words.removed(entry.holder.server, self.clock())
+        self._end(entry).set_exception(WaitEnded(text, "removed", "removed"))
+        self.log.warning("gpuspawner: an admin removed %s from the waiting line", entry.holder.name)
+        self.run()
+        return True
+
+    def forget_previous(self) -> list[Waited]:
+        """At hub start: who waited when the hub before this one ended (their starts are gone)."""
+        return self.record.take_all() if self.record is not None else []
+
+    def close(self) -> None:
+        if self.record is not None:
+            self.record.close()
+
+    # --- the pass ------------------------------------------------------------------------
+    def run(self) -> None:
+        """Start whoever's turn has come, then tell everyone watching that the line moved."""
+        if self._entries:
+            self._pass()
+        else:
+            self._order, self._reserving = [], None
+        if self._changed is not None and not self._changed.done():
+            self._changed.set_result(None)
+
+    def _pass(self) -> None:
+        now = self.clock()
+        for entry in self._entries.values():
+            entry.tried = None
+        recent = self._recent_use(now) if len(self._entries) > 1 else {}
+        ordered = in_order([e.waiting for e in self._entries.values()], recent)
+        started = starting_now(ordered, self._try, now, self.reserve_after)
+        self._order = [w.key for w in ordered if w.key in self._entries]
+        short = [k for k in self._order if self._entries[k].tried is Outcome.SHORT]
+        head = self._entries[short[0]] if short else None
+        reserving = head is not None and now - head.waiting.arrived >= self.reserve_after
+        self._reserving = head.waiting.key if head is not None and reserving else None
+        if started:
+            self.log.debug("gpuspawner: the line starts %d of %d", len(started), len(ordered))
+
+    def _try(self, waiting: Waiting, starting: Sequence[Waiting]) -> Outcome:
+        """Try to reserve for one waiter, in line order: the pool decides and takes at once."""
+        entry = self._entries[waiting.key]
+        try:
+            grant = entry.reserve()
+        except NotEnoughGPUs as short:
+            entry.tried, entry.blocked = Outcome.SHORT, short
+            return Outcome.SHORT
+        except LimitExceeded as over:
+            entry.tried, entry.blocked = Outcome.HELD, over
+            if over.key != QUOTA:  # waiting cannot change it (the user started another server)
+                self._end(entry).set_exception(over)
+            return Outcome.HELD
+        except Exception as error:  # a fault of one start must not stop the line
+            self.log.exception("gpuspawner: reserving for %s failed", entry.holder.name)
+            self._end(entry).set_exception(error)
+            return Outcome.HELD
+        entry.tried = Outcome.STARTS
+        self._end(entry).set_result(grant)
+        waited = self.clock() - waiting.arrived
+        if waited >= 1:
+            self.log.info(
+                "gpuspawner: %s's turn after %s in line", entry.holder.name, duration(waited)
+            )
+        return Outcome.STARTS
+
+    def _end(self, entry: Entry) -> asyncio.Future[Grant]:
+        """Out of the line (and out of the written record); its future, to settle."""
+        del self._entries[entry.waiting.key]
+        if self.record is not None:
+            self.record.left(entry.waiting.key)
+        return entry.result
+
+    def _recent_use(self, now: float) -> Mapping[int, float]:
+        at, recent = self._recent
+        if now - at >= RECENT_USE_TTL:
+            recent = self.recent_use(now)
+            self._recent = (now, recent)
+        return recent
+
+    # --- what people see -------------------------------------------------------------------
+    def status(self, key: int) -> str | None:
+        """Where a waiting start stands, for its pending page; None when it is not waiting."""
+        entry = self._entries.get(key)
+        if entry is None:
+            return None
+        now = self.clock()
+        freeing = next_freeing(self._holdings(entry.quota), now)
+        return words.standing(
+            entry.waiting.gpus,
+            self._place(entry),
+            entry.waiting.group,
+            now,
+            entry.deadline,
+            entry.limits.max_wait,
+            quota=entry.quota,
+            kept_for=key == self._reserving,
+            freeing=freeing.words if freeing else None,
+        )
+
+    async def watch(self, key: int, until: asyncio.Event) -> AsyncIterator[str]:
+        """A waiting start's status each time it changes, until `until` is set."""
+        shown = None
+        while not until.is_set():
+            status = self.status(key)
+            if status is not None and status != shown:
+                shown = status
+                yield status
+            if self._changed is None or self._changed.done():
+                self._changed = asyncio.get_running_loop().create_future()
+            reserved = asyncio.ensure_future(until.wait())
+            either: list[asyncio.Future[Any]] = [self._changed, reserved]
+            try:
+                await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                reserved.cancel()
+
+    def waiting_by_profile(self) -> Counter[str]:
+        return Counter(entry.slug for entry in self._entries.values())
+
+    def waiting_by_group(self) -> Counter[str]:
+        return Counter(entry.waiting.group for entry in self._entries.values())
+
+    def standings(self) -> list[Standing]:
+        """The line in order, for the admin page and its JSON."""
+        recent = self._recent_use(self.clock())
+        rows = []
+        for place, key in enumerate(self._order, 1):
+            entry = self._entries[key]
+            w = entry.waiting
+            rows.append(
+                Standing(
+                    position=place,
+                    key=key,
+                    user=entry.holder.user,
+                    server=entry.holder.server,
+                    profile=entry.slug,
+                    gpus=w.gpus,
+                    group=w.group,
+                    priority=w.priority,
+                    recent_gpu_hours=round(recent.get(w.user_id, 0.0), 2),
+                    arrived=w.arrived,
+                    gives_up_at=entry.deadline,
+                    waiting_for="quota" if entry.quota else "gpus",
+                    kept_for=key == self._reserving,
+                )
+            )
+        return rows
+
+    def _holdings(self, quota: str | None) -> list[Holding]:
+        """The running servers whose end could let this waiter start: all of them, or, for a
+        wait on a group's quota, that group's."""
+        found = []
+        for grant in self.pool.grants():
+            if grant.stopping or not grant.uuids or (quota and grant.quota_group != quota):
+                continue
+            limits = self.limits_of(grant.holder.user_id)
+            if limits is None:
+                continue
+            found.append(
+                Holding(
+                    grant.holder.user,
+                    grant.holder.server,
+                    len(grant.uuids),
+                    grant.since,
+                    self.idle.idle_since.get(grant.key),
+                    limits.duration("max_age"),
+                    limits.duration("gpu_idle_timeout"),
+                )
+            )
+        return found
+
+    def _place(self, entry: Entry) -> int:
+        key = entry.waiting.key
+        return self._order.index(key) + 1 if key in self._order else len(self._entries)

@@ -1,0 +1,246 @@
+"""The hub's waiting line, in-process: the broker's real pool, ledger and line on the hub's
+event loop. Containers are the one stand-in (every container is already gone when asked);
+tests/stack/test_queue.py runs the same on a real hub and dockerd."""
+
+import asyncio
+import dataclasses
+import logging
+
+import pytest
+
+from gpuspawner.config.settings import GPUSettings
+from gpuspawner.config.site import GPUSite
+from gpuspawner.core.limits import Limited, LimitExceeded
+from gpuspawner.core.placement import NotEnoughGPUs
+from gpuspawner.core.pool import Grant, Holder
+from gpuspawner.core.usage import HOUR
+from gpuspawner.hub.broker import Broker
+from gpuspawner.hub.waiting import WaitEnded
+from gpuspawner.records.ledger import Ledger
+from gpuspawner.records.waiting import LineRecord
+
+LOG = logging.getLogger("test")
+LIMITS = {
+    "vip": {"priority": 10, "max_wait": 60},
+    "researchers": {"max_wait": 60, "max_gpus_per_user": 2},
+    "students": {"max_wait": 60, "max_gpus_group": 1},
+    "impatient": {"max_wait": 0.2},
+}
+
+
+class GoneEngine:
+    """An engine whose containers are gone by the time anyone asks."""
+
+    def containers(self):
+        return []
+
+    def remove_server(self, hub, spawner_id, container_ids=()):
+        return True
+
+
+@pytest.fixture
+def broker(tmp_path):
+    site = GPUSite.from_config(GPUSettings(simulate_gpus=4, group_limits=LIMITS))
+    ledger = Ledger(tmp_path / "usage.sqlite")
+    broker = Broker(site, GoneEngine(), "jupyter", LOG, ledger=ledger, reserve_after=600)
+    yield broker
+    broker.executor.shutdown(wait=False)
+    broker.line.close()
+
+
+def start(broker, key, group, gpus=1, user_id=None):
+    """A GPU start as GPUSpawner makes it, as a task: it holds GPUs or waits in line."""
+    user_id = key if user_id is None else user_id
+    holder = Holder(key, user_id, f"user{user_id}")
+    limits = broker.site.limits.for_user({group} if group else set())
+
+    def reserve():
+        return broker.reserve(holder, gpus, admit=lambda usage: limits.admit(gpus, user_id, usage))
+
+    line = broker.line.take(holder, f"gpu-{gpus}", f"{gpus} GPU", gpus, limits, reserve)
+    return asyncio.ensure_future(line)
+
+
+async def settle():
+    """Let every task that can run now run (no time passes on any clock that matters here)."""
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+async def fill(broker, n=4, group="researchers", first_key=100):
+    tasks = [start(broker, first_key + i, group) for i in range(n)]
+    return [await t for t in tasks]
+
+
+def waiting_keys(broker):
+    return [s.key for s in broker.line.standings()]
+
+
+async def test_a_start_that_fits_starts_at_once(broker):
+    grant = await start(broker, 1, "researchers", gpus=2)
+    assert isinstance(grant, Grant) and len(grant.uuids) == 2
+    assert waiting_keys(broker) == []
+
+
+async def test_without_max_wait_a_full_pool_refuses_at_once_as_before(broker):
+    await fill(broker)
+    with pytest.raises(NotEnoughGPUs):
+        await start(broker, 1, None)
+    assert waiting_keys(broker) == []
+
+
+async def test_a_confirmed_release_starts_the_next_in_line_in_that_step(broker):
+    """No monitor runs here: only the release's own event can start the waiter."""
+    held = await fill(broker)
+    waiter = start(broker, 1, "researchers")
+    await settle()
+    assert not waiter.done() and waiting_keys(broker) == [1]
+    broker.release_when_gone(held[2].key)
+    grant = await asyncio.wait_for(waiter, 10)
+    assert grant.uuids == held[2].uuids
+    assert waiting_keys(broker) == [] and broker.pool.free_count() == 0
+
+
+async def test_the_line_goes_by_priority_then_recent_use_then_arrival(broker):
+    history = Ledger(broker.ledger.path)
+    now = broker.clock()
+    heavy = Grant(Holder(50, 2, "user2"), ("GPU-x",), now - 30 * HOUR)
+    history.opened(heavy, gpus=8)  # 8 GPUs for 20 hours, yesterday
+    history.ended(50, now - 10 * HOUR)
+    held = await fill(broker)
+    tasks = [start(broker, key, group) for key, group in [(2, "researchers"), (3, "researchers")]]
+    await settle()
+    tasks.append(start(broker, 4, "vip"))
+    await settle()
+    assert waiting_keys(broker) == [4, 3, 2]  # vip first; then the one who used less
+    assert [s.recent_gpu_hours > 100 for s in broker.line.standings()] == [False, False, True]
+    for grant in held[:3]:
+        broker.release_when_gone(grant.key)
+    started = await asyncio.wait_for(asyncio.gather(*tasks), 10)
+    assert [len(g.uuids) for g in started] == [1, 1, 1]
+
+
+async def test_a_cancelled_waiter_leaves_at_once_and_holds_nothing(broker, tmp_path):
+    held = await fill(broker)
+    waiter, behind = start(broker, 1, "researchers"), start(broker, 2, "researchers")
+    await settle()
+    waiter.cancel()  # as JupyterHub does on DELETE of a pending server
+    await settle()
+    assert waiter.cancelled() and waiting_keys(broker) == [2]
+    broker.release_when_gone(held[0].key)
+    await asyncio.wait_for(behind, 10)
+    assert broker.pool.grant_of(1) is None
+    assert LineRecord(broker.ledger.path).take_all() == []  # nothing left to tell after a restart
+
+
+async def test_a_waiter_whose_max_wait_passes_is_told_why(broker):
+    await fill(broker)
+    with pytest.raises(WaitEnded) as ended:
+        await start(broker, 1, "impatient")
+    assert ended.value.outcome == "max_wait"
+    assert str(ended.value) == (
+        "Your default server waited 0 s in line for 1 GPU, the longest it may wait (max_wait of "
+        "group impatient), and no GPU came free for it (it was 1st in line). Nothing is held for "
+        "it: start it again to join the line anew, or pick a profile with fewer GPUs."
+    )
+    assert waiting_keys(broker) == [] and broker.pool.grant_of(1) is None
+
+
+async def test_limits_waiting_cannot_change_refuse_at_once(broker):
+    await start(broker, 1, "researchers", gpus=2, user_id=7)
+    await fill(broker, n=2)
+    with pytest.raises(LimitExceeded) as refused:  # a third GPU for one researcher
+        await start(broker, 2, "researchers", gpus=1, user_id=7)
+    assert refused.value.key == "max_gpus_per_user"
+    assert waiting_keys(broker) == []
+
+
+async def test_a_start_over_its_groups_quota_waits_and_blocks_nobody(broker):
+    broker.line.reserve_after = 0  # even a head that has waited reserves nothing for a quota
+    first = await start(broker, 1, "students")
+    second = start(broker, 2, "students")
+    await settle()
+    [standing] = broker.line.standings()
+    assert standing.waiting_for == "quota" and not standing.kept_for
+    assert "within the quota of group students (max_gpus_group)" in broker.line.status(2)
+    await start(broker, 3, "researchers")  # free GPUs still go to whoever can use them
+    broker.release_when_gone(first.key)
+    assert len((await asyncio.wait_for(second, 10)).uuids) == 1
+
+
+async def test_freed_gpus_gather_for_a_head_that_has_waited_reserve_after(broker):
+    broker.line.reserve_after = 0
+    held = await fill(broker)
+    big = start(broker, 1, "researchers", gpus=2)
+    await settle()
+    small = start(broker, 2, "researchers")
+    await settle()
+    broker.release_when_gone(held[0].key)
+    await asyncio.wait_for(_released(broker, held[0].key), 10)
+    assert not small.done() and broker.pool.free_count() == 1  # kept for the 2-GPU head
+    assert [s.kept_for for s in broker.line.standings()] == [True, False]
+    assert "GPUs that free up are kept for you." in broker.line.status(1)
+    broker.release_when_gone(held[1].key)
+    assert len((await asyncio.wait_for(big, 10)).uuids) == 2
+    small.cancel()
+
+
+async def _released(broker, key):
+    while broker.pool.grant_of(key) is not None:
+        await asyncio.sleep(0.01)
+
+
+async def test_the_pending_page_says_where_one_stands_and_what_frees_up_when(broker):
+    held = await fill(broker)
+    runs_3h = {"max_age": Limited(3 * HOUR, "marathon")}
+    marathon = dataclasses.replace(broker.site.limits.for_user(set()), durations=runs_3h)
+    broker.line.limits_of = lambda user_id: marathon if user_id == held[0].holder.user_id else None
+    start(broker, 1, "vip"), start(broker, 2, "researchers")
+    await settle()
+    status = broker.line.status(2)
+    assert status.startswith("Waiting for 1 GPU — you are 2nd in line (group researchers). ")
+    assert "1 GPU frees up when user100's server reaches its max_age at " in status
+    assert status.endswith("at the most (max_wait of group researchers).")
+    reserved = asyncio.Event()
+    seen = []
+
+    async def watch():
+        async for text in broker.line.watch(2, reserved):
+            seen.append(text)
+
+    watcher = asyncio.ensure_future(watch())
+    await settle()
+    broker.line.remove(1)  # the one ahead goes: the page moves up without a reload
+    await settle()
+    reserved.set()
+    await asyncio.wait_for(watcher, 5)
+    assert [t.split(" — ")[1][:21] for t in seen] == [
+        "you are 2nd in line (",
+        "you are 1st in line (",
+    ]
+
+
+async def test_an_admin_can_remove_an_entry_and_its_start_is_told(broker):
+    await fill(broker)
+    waiter = start(broker, 1, "researchers")
+    await settle()
+    assert broker.line.remove(1) and not broker.line.remove(1)
+    with pytest.raises(WaitEnded) as ended:
+        await waiter
+    assert ended.value.outcome == "removed"
+    assert str(ended.value).startswith("An admin removed the start of your default server from")
+
+
+async def test_every_wait_is_measured_with_how_it_ended(broker):
+    ended = []
+    broker.line.observe = lambda outcome, seconds: ended.append(outcome)
+    held = await fill(broker)
+    cancelled, started = start(broker, 1, "researchers"), start(broker, 2, "researchers")
+    await settle()
+    cancelled.cancel()
+    await settle()
+    broker.release_when_gone(held[0].key)
+    await asyncio.wait_for(started, 10)
+    with pytest.raises(NotEnoughGPUs):
+        await start(broker, 3, None)
+    assert ended == ["started"] * 4 + ["cancelled", "started", "refused"]
