@@ -7,7 +7,7 @@ autoescape on. Admin template folders come first, then the packaged one.
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import jinja2
@@ -16,7 +16,8 @@ from ..core.limits import LimitExceeded, UserLimits
 from ..core.pool import Pool
 from ..core.profiles import Profile, default_profile
 from ..core.units import Kind, Request, Unit
-from ..core.words import amount, count_gpus, gib, your_server
+from ..core.waiting import QUOTA
+from ..core.words import amount, count_gpus, duration, from_group, gib, your_server
 
 TEMPLATE = "gpuspawner_form.html"
 NO_ISOLATION = "shares the GPU and its memory with the other servers on it: no memory isolation"
@@ -30,6 +31,8 @@ class ProfileRow:
     hardware: str
     reason: str
     checked: bool = False
+    waiting: int = 0  # starts waiting in line for this profile
+    note: str = ""  # cannot start now, but this user would wait in line for it
 
 
 @dataclass(frozen=True)
@@ -101,17 +104,25 @@ def _what(unit: Unit) -> str:
 
 def why_not_now(profile: Profile, limits: UserLimits, user_id: int, pool: Pool) -> str:
     """Why `profile` cannot start now, or "" when it can."""
+    return _blocked(profile, limits, user_id, pool)[0]
+
+
+def _blocked(profile: Profile, limits: UserLimits, user_id: int, pool: Pool) -> tuple[str, bool]:
+    """Why `profile` cannot start now ("" when it can), and whether waiting in line could
+    change that (too few free GPUs of a kind the machine has enough of, or the group's
+    quota full)."""
     request = profile.request
     try:
         limits.admit(pool.weight_of(request), user_id, pool.usage())
     except LimitExceeded as exceeded:
-        return str(exceeded)
+        return str(exceeded), exceeded.key == QUOTA
     free = pool.free_count(request)
     if request.count <= free:
-        return ""
+        return "", False
+    waitable = request.count <= pool.count(request)
     if request.plain:
-        return f"Needs {request.gpus} free GPU(s); {free} free right now."
-    return f"Needs {request.what}; {free} of {pool.count(request)} free right now."
+        return f"Needs {request.gpus} free GPU(s); {free} free right now.", waitable
+    return f"Needs {request.what}; {free} of {pool.count(request)} free right now.", waitable
 
 
 def profile_rows(
@@ -120,10 +131,21 @@ def profile_rows(
     user_id: int,
     pool: Pool,
     previous: str | None,
+    waiting: Mapping[str, int] | None = None,
 ) -> list[ProfileRow]:
-    """The profiles this user may pick, each startable or with its reason."""
+    """The profiles this user may pick, each startable or with its reason; how many wait for
+    each. Where the user may wait in line (max_wait), a full pool or quota greys nothing out:
+    the row says they would wait instead."""
     visible = [p for p in profiles if limits.may_pick(p.slug)]
-    reasons = {p.slug: why_not_now(p, limits, user_id, pool) for p in visible}
+    blocked = {p.slug: _blocked(p, limits, user_id, pool) for p in visible}
+    max_wait = limits.max_wait
+    notes = {
+        slug: f"{reason} You would wait in line, at most {duration(max_wait.value)} "
+        f"(max_wait{from_group(max_wait.group)})."
+        for slug, (reason, waitable) in blocked.items()
+        if reason and waitable and max_wait.value
+    }
+    reasons = {slug: "" if slug in notes else reason for slug, (reason, _) in blocked.items()}
     startable = [p.slug for p in visible if not reasons[p.slug]]
     preferred = [previous, default_profile(profiles).slug, *startable]
     checked = next((s for s in preferred if s in startable), None)
@@ -136,6 +158,8 @@ def profile_rows(
             hardware(p.request, units),
             reasons[p.slug],
             p.slug == checked,
+            (waiting or {}).get(p.slug, 0),
+            notes.get(p.slug, ""),
         )
         for p in visible
     ]

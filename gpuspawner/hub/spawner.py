@@ -149,7 +149,12 @@ class GPUSpawner(GPUSettings, DockerSpawner):
             model=units[0].label if units else "",
             availability=form.availability(pool),
             rows=form.profile_rows(
-                self.broker.site.profiles, limits, self.user.id, pool, self._preselected()
+                self.broker.site.profiles,
+                limits,
+                self.user.id,
+                pool,
+                self._preselected(),
+                self.broker.line.waiting_by_profile(),
             ),
             holdings=form.holdings(limits, self.user.id, pool),
             images=self._images_offered(),

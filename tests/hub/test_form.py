@@ -168,3 +168,28 @@ def test_the_offer_button_names_the_profile_whatever_else_the_form_chose():
     pressed = {"profile": ["gpu-1"], "restart_on": ["cpu"], "image": ["x"]}
     assert _options_from_form(pressed) == {"profile": "cpu"}
     assert _options_from_form({"profile": ["gpu-1"], "_xsrf": ["t"]}) == {"profile": "gpu-1"}
+
+
+def test_where_the_user_may_wait_a_full_pool_greys_nothing_out_and_says_so():
+    pool = Pool([g.uuid for g in GPUS])
+    pool.allocate(Holder(9, BOB, "other"), 3)
+    config = {"researchers": {"max_wait": 1800}}
+    table = LimitsTable.parse(config, {}, [p.slug for p in PROFILES])
+    limits = table.for_user({"researchers"})
+    rows = form.profile_rows(
+        PROFILES, limits, ANN, pool.usage(), pool.free_count(), GPUS, None, {"gpu-2": 3}
+    )
+    by_slug = {row.slug: row for row in rows}
+    assert by_slug["gpu-2"].reason == ""
+    assert by_slug["gpu-2"].note == (
+        "Needs 2 free GPU(s); 1 free right now. You would wait in line, at most 30 min "
+        "(max_wait of group researchers)."
+    )
+    assert by_slug["gpu-2"].waiting == 3 and by_slug["gpu-1"].waiting == 0
+    html = form.render([], free=1, total=4, model="", rows=rows, holdings="", images=[], notices=[])
+    assert (
+        '<span class="badge text-bg-secondary" data-testid="waiting-gpu-2">3 waiting</span>' in html
+    )
+    # without max_wait, as before: greyed out with the reason
+    plain = rows_for(ANN, set(), pool, {})[0]
+    assert plain["gpu-2"].reason and not plain["gpu-2"].note
