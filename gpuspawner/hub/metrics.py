@@ -38,6 +38,23 @@ ALLOCATION_SECONDS = Histogram(
     buckets=(0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05),
 )
 
+WAIT_SECONDS = Histogram(
+    "gpuspawner_wait_duration_seconds",
+    "Time GPU starts spent in the waiting line, by how the wait ended: started, max_wait "
+    "(gave up), cancelled (by the user), removed (by an admin), refused (could not wait).",
+    ["outcome"],
+    buckets=(1, 10, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200, 14400),
+)
+WAIT_OUTCOMES = ("started", "max_wait", "cancelled", "removed", "refused")
+for _outcome in WAIT_OUTCOMES:
+    WAIT_SECONDS.labels(_outcome)
+
+
+def observe_wait(outcome: str, seconds: float) -> None:
+    """The waiting line's hook: one wait ended."""
+    WAIT_SECONDS.labels(outcome).observe(seconds)
+
+
 GPU_LABELS = ["uuid", "index", "model"]
 NO_GROUP = "(none)"
 
@@ -169,6 +186,24 @@ class PoolCollector(Collector):
         yield memory
 
 
+class LineCollector(Collector):
+    """The running broker's waiting line, read at scrape time."""
+
+    def collect(self) -> Iterator[Metric]:
+        try:
+            broker = Broker.current()
+        except BrokerNotRunning:
+            return
+        waiting = GaugeMetricFamily(
+            "gpuspawner_waiting_spawns",
+            "GPU starts waiting in line, by the group they wait as (their priority's).",
+            labels=["group"],
+        )
+        for group, count in sorted(broker.line.waiting_by_group().items()):
+            waiting.add_metric([group], count)
+        yield waiting
+
+
 _registered = False
 
 
@@ -177,4 +212,5 @@ def register_once() -> None:
     global _registered
     if not _registered:
         REGISTRY.register(PoolCollector())
+        REGISTRY.register(LineCollector())
         _registered = True

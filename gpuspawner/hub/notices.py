@@ -16,12 +16,15 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
+from jupyterhub import orm
 from jupyterhub.utils import url_escape_path, url_path_join
 from tornado.httputil import url_concat
 
 from ..core.limits import UserLimits
 from ..core.pool import Pool
 from ..core.profiles import Profile
+from ..core.waiting import ended_by_restart
+from ..records.waiting import Waited
 from .form import NoticeRow, why_not_now
 
 STATE_NOTICE = "stop_notice"
@@ -91,3 +94,20 @@ def as_json(notice: StopNotice, servers_api: str) -> dict[str, Any]:
             "json": {"user_options": {"profile": notice.restart.slug}},
         }
     return model
+
+
+def end_waiting_starts(db: Any, waited: Iterable[Waited], at: float) -> list[Waited]:
+    """At hub start: a notice for each server whose start was waiting in line when the hub
+    before this one ended (JupyterHub drops pending spawns on restart). Written into the
+    server's state before JupyterHub loads it, so the next spawn page and the stop-notices
+    API say it. Returns the servers told (a deleted one is not)."""
+    told = []
+    for entry in waited:
+        orm_spawner = db.get(orm.Spawner, entry.spawner_id)
+        if orm_spawner is None:
+            continue
+        text = ended_by_restart(entry.server, entry.gpus, entry.profile, entry.arrived, at)
+        orm_spawner.state = {**(orm_spawner.state or {}), STATE_NOTICE: text}
+        told.append(entry)
+    db.commit()
+    return told

@@ -55,6 +55,17 @@ class PoolPageHandler(PoolReport, BaseHandler):
         self.finish(html)
 
 
+class WaitingAPIHandler(APIHandler):
+    """DELETE /hub/api/gpus/waiting/KEY: an admin takes a start out of the waiting line (KEY
+    is the server's id, as GET /hub/api/gpus lists it); the start ends, holding nothing."""
+
+    @needs_scope("admin:servers")
+    def delete(self, key: str) -> None:
+        if not Broker.current().line.remove(int(key)):
+            raise web.HTTPError(404, f"No start with key {key} is waiting in line")
+        self.set_status(204)
+
+
 class StopNoticesAPIHandler(APIHandler):
     """GET /hub/api/users/NAME/stop-notices: each stopped server's notice, and the CPU-only
     start on offer as the REST request that makes it (an offer only: the start is checked
@@ -79,6 +90,7 @@ class StopNoticesAPIHandler(APIHandler):
 def handlers(hub_prefix: str) -> list[tuple[str, type]]:
     return [
         (url_path_join(hub_prefix, "api/gpus"), PoolAPIHandler),
+        (url_path_join(hub_prefix, r"api/gpus/waiting/(\d+)"), WaitingAPIHandler),
         (url_path_join(hub_prefix, "api/users/([^/]+)/stop-notices"), StopNoticesAPIHandler),
         (url_path_join(hub_prefix, "gpus"), PoolPageHandler),
     ]

@@ -91,7 +91,21 @@ def pool_report(
         "excluded": [
             {"uuid": g.uuid, "index": g.index, "model": g.model} for g in broker.site.excluded
         ],
+        "waiting": waiting_report(broker),
     }
+
+
+def waiting_report(broker: Broker) -> list[dict[str, Any]]:
+    """The waiting line in order: who waits, for what, since when, until when at the most."""
+    rows = []
+    for standing in broker.line.standings():
+        row = asdict(standing)
+        row["since"] = _iso(datetime.fromtimestamp(row.pop("arrived"), UTC))
+        row["gives_up_at"] = _iso(datetime.fromtimestamp(standing.gives_up_at, UTC))
+        row["waited_seconds"] = round(broker.clock() - standing.arrived, 1)
+        row["asks_for"] = count_gpus(standing.gpus)
+        rows.append(row)
+    return rows
 
 
 def _iso(moment: datetime | None) -> str | None:

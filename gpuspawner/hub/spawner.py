@@ -14,6 +14,7 @@ ready before a start reserves GPUs.
 from __future__ import annotations
 
 import asyncio
+import math
 import sys
 import time
 from concurrent.futures import Future
@@ -39,6 +40,7 @@ from ..engine.docker import isolate
 from . import form, notices, startup
 from .broker import Broker, BrokerNotRunning
 from .metrics import ALLOCATION_SECONDS, SPAWNS_REFUSED
+from .waiting import WaitEnded
 
 LINKS_CANNOT_START = (
     "A link cannot start a server: check the choice below and press Start. "
@@ -57,6 +59,8 @@ class GPUSpawner(GPUSettings, DockerSpawner):
     stop_notice: str | None = None  # why a policy stopped this server, for its next spawn page
     restart_on_cpu = False  # the server a policy stopped held GPUs: offer a CPU-only start
     idle_limit: Limited | None = None  # the group's idle timeout, for jupyterhub-idle-culler
+    _start_timeout_base = 0  # start_timeout before this start's time in the waiting line
+    _start_timeout_given: int | None = None  # what allow_for_waiting set it to
 
     @classmethod
     def from_config(cls, config: Any) -> GPUSpawner:
@@ -104,9 +108,26 @@ class GPUSpawner(GPUSettings, DockerSpawner):
 
     @default("apply_user_options")
     def _default_apply_user_options(self) -> Any:
-        # start() checks and applies user_options itself, on every start; this only
-        # tells JupyterHub they are handled (else it warns of "unhandled user_options").
-        return lambda spawner, user_options: None
+        # start() checks and applies user_options itself, on every start; this tells
+        # JupyterHub they are handled (else it warns of "unhandled user_options"), and gives
+        # the start its time in the waiting line on top of start_timeout.
+        return lambda spawner, user_options: spawner.allow_for_waiting()
+
+    def allow_for_waiting(self) -> None:
+        """start_timeout plus the user's max_wait, for this start: JupyterHub gives up on a
+        start after start_timeout, and reads it before start() runs. An admin's own
+        `apply_user_options` should call this too."""
+        try:
+            offered = self.broker.site.profiles
+            profile = choose_profile(self.user_options, offered, self._images_offered())
+        except InvalidUserOptions:
+            profile = None  # start() refuses it at once
+        wait = self._user_limits().max_wait.value if profile and profile.gpus else 0
+        current = int(getattr(self, "start_timeout"))  # noqa: B009 (a trait mypy cannot see)
+        if current != self._start_timeout_given:  # the config's, or a group override's
+            self._start_timeout_base = current
+        self._start_timeout_given = self._start_timeout_base + math.ceil(wait or 0)
+        self.start_timeout = self._start_timeout_given
 
     @default("options_from_form")
     def _default_options_from_form(self) -> Any:
@@ -195,16 +216,25 @@ class GPUSpawner(GPUSettings, DockerSpawner):
             )
         return profile
 
-    def _reserve(self, profile: Profile) -> Grant:
+    async def _reserve(self, profile: Profile) -> Grant:
+        """GPUs from the broker; a GPU start goes through the waiting line (`hub.waiting`)."""
         limits = self._user_limits()
-        user_id = self.user.id
-        try:
+        user_id, holder = self.user.id, self.holder
+
+        def reserve() -> Grant:
             with ALLOCATION_SECONDS.time():
                 return self.broker.reserve(
-                    self.holder,
+                    holder,
                     profile.request,
                     admit=lambda usage, weight: limits.admit(weight, user_id, usage),
                 )
+
+        try:
+            if not profile.gpus:
+                return reserve()
+            return await self.broker.line.take(
+                holder, profile.slug, profile.display_name, profile.gpus, limits, reserve
+            )
         except LimitExceeded as exceeded:
             raise _refused(str(exceeded), "limit", 403) from None
         except NotEnoughGPUs as short:
@@ -215,6 +245,10 @@ class GPUSpawner(GPUSettings, DockerSpawner):
                 "capacity",
                 409,
             ) from None
+        except WaitEnded as ended:
+            if ended.outcome == "removed":  # an admin's decision, not a refusal
+                raise SpawnException(str(ended), reason=ended.reason, status_code=409) from None
+            raise _refused(str(ended), ended.reason, 409) from None
 
     async def start(self) -> Any:
         profile = self._chosen_profile()
@@ -228,7 +262,7 @@ class GPUSpawner(GPUSettings, DockerSpawner):
             )
         self._apply_overrides(dict(profile.spawner_override))
         await self._prepare_storage()  # before the GPUs: a storage problem takes nothing
-        grant = self._reserve(profile)
+        grant = await self._reserve(profile)
         self.stop_notice = None
         self.restart_on_cpu = False
         limits = self._user_limits()
@@ -285,6 +319,8 @@ class GPUSpawner(GPUSettings, DockerSpawner):
         return asyncio.wrap_future(self._create_in_flight)
 
     async def progress(self) -> Any:
+        async for status in self.broker.line.watch(self.orm_spawner.id, self._reserved):
+            yield {"progress": 10, "message": status}
         await self._reserved.wait()
         grant = self.broker.grant_of(self.orm_spawner.id)
         if grant is None:

@@ -28,12 +28,14 @@ from traitlets import TraitError
 from ..config.site import GPUSite, check_container_settings
 from ..core.culling import Busyness
 from ..core.errors import GPUConfigError
+from ..core.limits import UserLimits
 from ..core.units import tally
+from ..core.words import server_name
 from ..devices.simulated import SimulatedSource
 from ..engine import processes
 from ..engine.docker import DockerEngine
 from ..records.ledger import Ledger
-from . import lease_api, metrics, pages
+from . import lease_api, metrics, notices, pages
 from .broker import Broker, BrokerNotRunning, KnownServers
 from .monitor import Monitor, Owners
 from .reclaimer import Reclaimer
@@ -111,7 +113,10 @@ async def start_broker(app: Any, spawner_class: Any = None) -> Broker:
         app.log,
         ignore_containers=spawner.ignore_gpu_containers,
         ledger=Ledger(spawner.usage_ledger_file),
+        reserve_after=spawner.line_reserve_after,
+        half_life=spawner.usage_half_life_days * 24 * 3600,
     )
+    _end_previous_line(app, broker)
     started = time.perf_counter()
     containers = await _blocking(broker, engine.containers)
     broker.recover(containers, _known_servers(app.db))
@@ -132,6 +137,8 @@ async def start_broker(app: Any, spawner_class: Any = None) -> Broker:
     )
     monitor.listeners.append(Reclaimer(app, broker, app.log))
     monitor.start()
+    broker.line.limits_of = functools.partial(_limits_of, app, broker)
+    broker.line.observe = metrics.observe_wait
     metrics.register_once()
     pages.install(app)
     lease_api.install(app)
@@ -154,6 +161,27 @@ def _process_owners(site: GPUSite) -> Owners:
 
 async def _blocking(broker: Broker, call: Any) -> Any:
     return await asyncio.get_running_loop().run_in_executor(broker.executor, call)
+
+
+def _end_previous_line(app: Any, broker: Broker) -> None:
+    """Who was waiting when the hub before this one ended learns, on their next spawn page,
+    that their start ended: JupyterHub has already forgotten it."""
+    for entry in notices.end_waiting_starts(app.db, broker.line.forget_previous(), time.time()):
+        app.log.warning(
+            "gpuspawner: %s was waiting in line for %s when the hub stopped; that start has "
+            "ended and their next spawn page says so",
+            server_name(entry.user, entry.server),
+            count_gpus(entry.gpus),
+        )
+
+
+def _limits_of(app: Any, broker: Broker, user_id: int) -> UserLimits | None:
+    """A user's limits, by id (the waiting line's estimates read holders' culling clocks)."""
+    try:
+        user = app.users[user_id]
+    except KeyError:
+        return None
+    return broker.site.limits.for_user({g.name for g in user.groups}, bool(user.admin))
 
 
 def _known_servers(db: Any) -> KnownServers:

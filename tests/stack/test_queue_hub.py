@@ -1,0 +1,229 @@
+"""The waiting line on the real stack: a full pool of 4 simulated GPUs, people who wait in
+line with different priorities and recent use, the pending page in headless Chromium, the
+admin page, cancelling, max_wait, and a kill -9 of the hub while people wait.
+
+The servers run a tiny HTTP server instead of JupyterLab (as benchmarks/restart_recovery.py
+does): the line cares only that they hold GPUs, and six JupyterLabs would crowd two cores.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import sqlite3
+import time
+
+import pytest
+from browser import chromium, log_in
+from realhub import PASSWORD, Hub
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support import expected_conditions
+from selenium.webdriver.support.ui import WebDriverWait
+
+from gpuspawner.core.pool import Grant, Holder
+from gpuspawner.records.ledger import Ledger
+
+START_TIMEOUT = 10
+LIGHT = {
+    "cmd": ["python3", "-m", "http.server", "8888"],
+    "mem_limit": "64M",
+    "extra_host_config": {"init": True},  # stops at once on SIGTERM
+}
+CONFIG = f"""
+c.GPUSpawner.simulate_gpus = 4
+c.GPUSpawner.monitor_interval = 3600  # the line moves on events alone, never on the monitor's tick
+c.GPUSpawner.profiles = [
+    {{"display_name": "CPU only", "slug": "cpu", "gpus": 0, "spawner_override": {LIGHT!r}}},
+    {{"display_name": "1 GPU", "slug": "gpu-1", "gpus": 1, "default": True,
+      "spawner_override": {LIGHT!r}}},
+]
+c.GPUSpawner.group_limits = {{
+    "marathon": {{"max_age": 4 * 3600}},
+    "vip": {{"priority": 10, "max_wait": 900, "max_gpus_per_user": 1}},
+    "researchers": {{"max_wait": 900}},
+    "impatient": {{"max_wait": 4}},
+}}
+c.DockerSpawner.start_timeout = {START_TIMEOUT}
+c.JupyterHub.tornado_settings = {{"slow_spawn_timeout": 1}}  # to the pending page after 1 s
+"""
+HOLDERS = ["h1", "h2", "h3", "h4"]
+
+
+@pytest.fixture(scope="module")
+def hub(hub_factory) -> Hub:
+    hub = hub_factory(CONFIG)
+    hub.add_users(
+        *HOLDERS, "vera", "rhea", "lena", "otto", "ivan", "admin",
+        groups={"marathon": HOLDERS, "vip": ["vera"], "researchers": ["rhea", "lena", "otto"],
+                "impatient": ["ivan"]},
+    )  # fmt: skip
+    return hub
+
+
+@pytest.fixture
+def browser():
+    driver = chromium()
+    yield driver
+    driver.quit()
+
+
+def line(hub: Hub) -> list[dict]:
+    return hub.pool()["waiting"]
+
+
+def in_line(hub: Hub) -> list[str]:
+    return [entry["user"] for entry in line(hub)]
+
+
+def used_recently(hub: Hub, user: str, gpu_hours: float) -> None:
+    """What the ledger holds after `user` held GPUs yesterday (written by the hub's own
+    ledger code, into the hub's ledger file, keyed by the hub's user id)."""
+    with sqlite3.connect(hub.workdir / "jupyterhub.sqlite") as db:
+        [(user_id,)] = db.execute("SELECT id FROM users WHERE name = ?", (user,))
+    ledger = Ledger(hub.workdir / "gpuspawner-usage.sqlite")
+    start = time.time() - 24 * 3600
+    ledger.opened(Grant(Holder(10_000 + user_id, user_id, user), ("GPU-old",), start), gpu_hours)
+    ledger.ended(10_000 + user_id, start + 3600)
+    ledger.close()
+
+
+def pending_message(browser, hub: Hub, user: str, containing: str) -> str:
+    """The pending page's progress message, as the person sees it, once it says `containing`."""
+    browser.get(f"{hub.url}/hub/logout")
+    log_in(browser, hub.url, user, PASSWORD)
+    browser.get(f"{hub.url}/hub/spawn-pending/{user}")
+    WebDriverWait(browser, 30).until(
+        expected_conditions.text_to_be_present_in_element((By.ID, "progress-message"), containing)
+    )
+    return browser.find_element(By.ID, "progress-message").text
+
+
+def progress_end(hub: Hub, user: str, server: str = "") -> dict:
+    """The last event of a spawn's progress stream (ready or failed), as the page gets it."""
+    path = f"/users/{user}/servers/{server}/progress"
+    with hub.api("GET", path, stream=True) as events:
+        for raw in events.iter_lines():
+            if raw.startswith(b"data:"):
+                event = json.loads(raw[5:])
+                if event.get("ready") or event.get("failed"):
+                    return event
+    raise AssertionError("the progress stream ended without a last event")
+
+
+def test_waiters_line_up_by_priority_then_recent_use_then_arrival(hub: Hub, browser):
+    used_recently(hub, "rhea", 100.0)
+    used_recently(hub, "lena", 1.0)
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        list(pool.map(lambda user: hub.spawn_ready(user, profile="gpu-1"), HOLDERS))
+    assert hub.pool()["free"] == 0
+    for user in ("rhea", "lena"):  # in this order: rhea arrives first
+        assert hub.spawn(user, profile="gpu-1").status_code == 202
+        hub.wait_for(lambda user=user: user in in_line(hub), what=f"{user} in line")
+    # vera, last to arrive, starts from the form: a full pool greys nothing out for her
+    log_in(browser, hub.url, "vera", PASSWORD)
+    browser.get(f"{hub.url}/hub/spawn/vera")
+    note = browser.find_element(By.CSS_SELECTOR, "[data-testid=profile-gpu-1] .gpu-note").text
+    assert "You would wait in line, at most 15 min (max_wait of group vip)." in note
+    assert browser.find_element(By.CSS_SELECTOR, "[data-testid=waiting-gpu-1]").text == "2 waiting"
+    browser.find_element(By.CSS_SELECTOR, "#spawn_form button[type=submit]").click()
+    WebDriverWait(browser, 30).until(expected_conditions.url_contains("/spawn-pending/vera"))
+
+    hub.wait_for(lambda: len(line(hub)) == 3, what="three in line")
+    assert in_line(hub) == ["vera", "lena", "rhea"]  # priority; then less recent use first
+    assert [e["position"] for e in line(hub)] == [1, 2, 3]
+    for user, place, group in [("vera", "1st", "vip"), ("lena", "2nd", "researchers"),
+                               ("rhea", "3rd", "researchers")]:  # fmt: skip
+        message = pending_message(browser, hub, user, "in line")
+        assert message.startswith(f"Waiting for 1 GPU — you are {place} in line (group {group}).")
+        assert "1 GPU frees up when h" in message and "reaches its max_age at " in message
+    assert hub.pool()["free"] == 0 and not hub.held_by("vera")
+
+
+def test_stopping_one_server_starts_exactly_the_first_in_line(hub: Hub):
+    # longer in line than start_timeout: GPUSpawner gave the start its wait on top of it
+    hub.wait_for(
+        lambda: line(hub)[0]["waited_seconds"] > START_TIMEOUT + 2, timeout=60, what="a long wait"
+    )
+    [freed] = hub.held_by("h1")
+    hub.stop_server("h1")
+    hub.wait_ready("vera")
+    assert hub.held_by("vera") == [freed]
+    assert in_line(hub) == ["lena", "rhea"]
+    assert hub.server_model("lena")["pending"] == hub.server_model("rhea")["pending"] == "spawn"
+    assert not hub.held_by("lena") and not hub.held_by("rhea")
+    assert "failed to start in" not in hub.log()
+
+
+def test_a_cancelled_waiter_leaves_at_once_and_holds_nothing(hub: Hub, browser):
+    pending_message(browser, hub, "lena", "1st in line")
+    browser.find_element(By.ID, "stop-server-btn").click()  # the pending page's own button
+    hub.wait_gone("lena")
+    assert in_line(hub) == ["rhea"]
+    [freed] = hub.held_by("h2")
+    hub.stop_server("h2")
+    hub.wait_ready("rhea")  # the next in line, not the one who left
+    assert hub.held_by("rhea") == [freed]
+    assert not hub.held_by("lena") and hub.server_model("lena") is None
+    assert not [c for c in hub.containers(all=True) if c.labels.get("gpuspawner.user") == "lena"]
+
+
+def test_a_waiter_whose_max_wait_passes_is_told_why(hub: Hub):
+    assert hub.spawn("ivan", profile="gpu-1").status_code == 202
+    ended = progress_end(hub, "ivan")
+    assert ended["failed"]
+    assert ended["message"] == (
+        "Spawn failed: Your default server waited 4 s in line for 1 GPU, the longest it may "
+        "wait (max_wait of group impatient), and no GPU came free for it (it was 1st in line). "
+        "Nothing is held for it: start it again to join the line anew, or pick a profile with "
+        "fewer GPUs."
+    )
+    assert hub.server_model("ivan") is None and not hub.held_by("ivan")
+    assert in_line(hub) == []
+
+
+def test_limits_waiting_cannot_change_refuse_at_once(hub: Hub):
+    refused = hub.spawn("vera", "second", profile="gpu-1")
+    assert refused.status_code == 403
+    assert "max_gpus_per_user of group vip" in refused.json()["message"]
+    assert in_line(hub) == [] and hub.server_model("vera", "second") is None
+
+
+def test_the_admin_page_lists_the_line_and_removes_an_entry(hub: Hub, browser):
+    for user in ("lena", "otto"):
+        assert hub.spawn(user, profile="gpu-1").status_code == 202
+    hub.wait_for(lambda: len(line(hub)) == 2, what="two in line")
+    order = in_line(hub)
+    assert order == ["otto", "lena"]  # lena used a GPU-hour yesterday, otto none
+    page = hub.login("h3").get(f"{hub.url}/hub/spawn/h3/next").text
+    assert 'data-testid="waiting-gpu-1">2 waiting</span>' in page
+
+    log_in(browser, hub.url, "admin", PASSWORD)
+    browser.get(f"{hub.url}/hub/gpus")
+    rows = browser.find_elements(By.CSS_SELECTOR, "#waiting-table tbody tr")
+    assert [row.get_attribute("data-user") for row in rows] == order
+    assert "researchers (0)" in rows[1].text and "1.0 GPU-h" in rows[1].text
+    rows[0].find_element(By.CSS_SELECTOR, "button.remove-waiting").click()
+    hub.wait_for(lambda: in_line(hub) == ["lena"], what="otto out of the line")
+    ended = progress_end(hub, "otto")
+    assert ended["message"].startswith(
+        "Spawn failed: An admin removed the start of your default server from the waiting line"
+    )
+    assert hub.server_model("otto") is None and not hub.held_by("otto")
+
+
+def test_a_hub_restart_ends_each_waiting_start_with_a_notice(hub: Hub):
+    """kill -9 while lena waits: JupyterHub forgets her pending start; the restarted hub
+    tells her so on her next spawn page, and the running servers keep their GPUs."""
+    assert in_line(hub) == ["lena"]
+    held = {user: hub.held_by(user) for user in ("h3", "h4", "vera", "rhea")}
+    hub.kill()
+    hub.start()
+    assert in_line(hub) == [] and hub.server_model("lena") is None
+    assert {user: hub.held_by(user) for user in held} == held
+    page = hub.login("lena").get(f"{hub.url}/hub/spawn/lena").text
+    assert "The start of your default server ended at " in page
+    assert "it was waiting in line for 1 GPU (profile &#39;1 GPU&#39;) since" in page
+    assert "when the hub restarted, and a restart ends every waiting start." in page
+    notices = hub.api("GET", "/users/lena/stop-notices").json()["notices"]
+    assert [n["server"] for n in notices] == [""]
+    assert "lena was waiting in line for 1 GPU when the hub stopped" in hub.log()
