@@ -26,6 +26,8 @@ from .words import COUNTING, DEFAULT_GROUP, amount, count_gpus, from_group
 
 COUNT_KEYS = ("max_gpus_per_server", "max_gpus_per_user", "max_gpus_group")
 DURATION_KEYS = ("gpu_idle_timeout", "idle_timeout", "cpu_idle_timeout", "max_age")
+# The waiting line's keys. Unset (None) is 0 for both: no waiting, no precedence.
+LINE_KEYS = ("max_wait", "priority")
 
 
 class LimitExceeded(Exception):
@@ -48,6 +50,8 @@ class Limits:
     idle_timeout: float | None = None
     cpu_idle_timeout: float | None = None
     max_age: float | None = None
+    max_wait: float | None = None  # seconds a start may wait in line for GPUs; 0: refuse at once
+    priority: int | None = None  # higher goes first in the waiting line
 
 
 LIMIT_KEYS = tuple(f.name for f in fields(Limits))
@@ -68,6 +72,8 @@ class UserLimits:
     profiles: Limited
     quotas: Mapping[str, Fraction | None] = field(default_factory=dict)
     durations: Mapping[str, Limited] = field(default_factory=dict)
+    max_wait: Limited = Limited(0.0, None)  # seconds; 0: a start that cannot be served is refused
+    priority: Limited = Limited(0, None)  # and the group the user waits as
 
     def may_pick(self, slug: str) -> bool:
         return self.profiles.value is None or slug in self.profiles.value
@@ -174,9 +180,17 @@ class LimitsTable:
             return Limited(*max(values))
 
         durations = {key: most_generous(key) for key in DURATION_KEYS}
+        wait, priority = (_highest(listed, key) for key in LINE_KEYS)
         if admin and not self.limit_admins:
             unlimited = Limited(None, "admin")
-            return UserLimits(unlimited, unlimited, unlimited, durations=durations)
+            return UserLimits(
+                unlimited,
+                unlimited,
+                unlimited,
+                durations=durations,
+                max_wait=wait,
+                priority=priority,
+            )
         profiles = Limited(None, None)
         if all(lim.profiles is not None for lim in listed.values()):
             allowed = frozenset().union(*(lim.profiles or () for lim in listed.values()))
@@ -187,7 +201,17 @@ class LimitsTable:
             profiles=profiles,
             quotas={name: lim.max_gpus_group for name, lim in listed.items()},
             durations=durations,
+            max_wait=wait,
+            priority=priority,
         )
+
+
+def _highest(listed: Mapping[str, Limits], key: str) -> Limited:
+    """The highest `max_wait` or `priority` of the user's groups (unset counts as 0), and its
+    group; on a tie, the first group by name (`listed` is in name order)."""
+    values = [(getattr(lim, key) or 0, name) for name, lim in listed.items()]
+    value, group = max(values, key=lambda v: v[0])
+    return Limited(value, group)
 
 
 def _parse_limits(
@@ -202,6 +226,10 @@ def _parse_limits(
             values[key] = _count(value, f"{where}[{key!r}]")
         elif key in DURATION_KEYS:
             values[key] = _seconds(value, f"{where}[{key!r}]")
+        elif key == "max_wait":
+            values[key] = _wait(value, f"{where}[{key!r}]")
+        elif key == "priority":
+            values[key] = _priority(value, f"{where}[{key!r}]")
         else:
             values[key] = _profiles(value, f"{where}[{key!r}]", profile_slugs)
     if default is not None:
@@ -230,6 +258,22 @@ def _seconds(value: Any, where: str) -> float:
             f"c.GPUSpawner.{where} must be a number of seconds > 0 or None, got {value!r}"
         )
     return float(value)
+
+
+def _wait(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < 1e9:
+        raise LimitsConfigError(
+            f"c.GPUSpawner.{where} must be a number of seconds ≥ 0 (0: no waiting), got {value!r}"
+        )
+    return float(value)
+
+
+def _priority(value: Any, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise LimitsConfigError(
+            f"c.GPUSpawner.{where} must be a whole number (higher goes first), got {value!r}"
+        )
+    return value
 
 
 def _profiles(value: Any, where: str, known: Collection[str]) -> frozenset[str]:

@@ -3,7 +3,7 @@ from fractions import Fraction
 import pytest
 
 from gpuspawner.core.errors import LimitsConfigError
-from gpuspawner.core.limits import LimitExceeded, LimitsTable
+from gpuspawner.core.limits import Limited, LimitExceeded, LimitsTable
 from gpuspawner.core.pool import Usage
 from gpuspawner.core.words import DEFAULT_GROUP
 
@@ -153,3 +153,39 @@ def test_whole_gpu_refusals_read_as_before():
     with pytest.raises(LimitExceeded) as refused:
         student.admit(1, "s1", usage({"s1": 1}))
     assert "GPU-equivalents" not in str(refused.value)
+
+
+def test_the_waiting_line_keys_take_the_highest_of_the_users_groups():
+    limits = table(
+        {
+            "students": {"max_wait": 600},
+            "researchers": {"priority": 5, "max_wait": 1800},
+            "guests": {"priority": -1},
+        },
+        {"max_wait": 60},
+    )
+    both = limits.for_user({"students", "researchers"})
+    assert both.max_wait == Limited(1800.0, "researchers")
+    assert both.priority == Limited(5, "researchers")
+    assert limits.for_user({"guests"}).priority == Limited(-1, "guests")
+    assert limits.for_user({"guests"}).max_wait.value == 60  # from default_limits
+    assert limits.for_user(set()).max_wait == Limited(60.0, DEFAULT_GROUP)
+    # unset: no waiting and no precedence, for admins too (the line is not a limit)
+    assert table().for_user(set(), admin=True).max_wait.value == 0
+    assert limits.for_user({"researchers"}, admin=True).priority.value == 5
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ({"max_wait": -1}, "max_wait'] must be a number of seconds ≥ 0 (0: no waiting), got -1"),
+        ({"max_wait": "1h"}, "max_wait'] must be a number of seconds ≥ 0"),
+        ({"max_wait": float("inf")}, "max_wait'] must be a number of seconds ≥ 0"),
+        ({"priority": 1.5}, "priority'] must be a whole number (higher goes first), got 1.5"),
+        ({"priority": True}, "priority'] must be a whole number"),
+    ],
+)
+def test_bad_waiting_line_keys_name_the_group_and_key(raw, message):
+    with pytest.raises(LimitsConfigError) as error:
+        table({"students": raw})
+    assert f"group_limits['students']['{message}" in str(error.value)
