@@ -14,6 +14,9 @@ Policy — backfill, then a reservation for the head of the line:
   starts under any steady stream of 1-GPU requests, after at most
   `reserve_after` plus the time for 4 GPUs to free; GPUs sit idle only while
   they gather for it, never more of them than it asked for.
+- A request its group's quota holds back (`Outcome.HELD`) is passed over:
+  freed GPUs cannot help it, so none gather for it and it never blocks the
+  line; it starts when a member of its group gives GPUs back.
 Notebooks give no runtime estimates, so the classic "backfill only what ends
 before the reservation" (EASY backfill) has nothing to go on; the wait bound
 above is what this policy promises instead.
@@ -23,8 +26,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from enum import Enum
 
 DEFAULT_RESERVE_AFTER = 10 * 60.0
+
+
+class Outcome(Enum):
+    """What trying a request now gives (`fits` may also answer True: STARTS, False: SHORT)."""
+
+    STARTS = "starts"
+    SHORT = "short"  # too few free GPUs: what frees up may gather for it
+    HELD = "held"  # held back by its group's quota: freed GPUs cannot help it
 
 
 @dataclass(frozen=True)
@@ -46,7 +58,7 @@ def in_order(line: Sequence[Waiting], recent_use: Mapping[int, float]) -> list[W
 
 def starting_now(
     ordered: Sequence[Waiting],
-    fits: Callable[[Waiting, Sequence[Waiting]], bool],
+    fits: Callable[[Waiting, Sequence[Waiting]], bool | Outcome],
     now: float,
     reserve_after: float = DEFAULT_RESERVE_AFTER,
 ) -> list[Waiting]:
@@ -54,12 +66,18 @@ def starting_now(
 
     `fits(waiting, starting)` says whether a request can be served now,
     after the ones already chosen to start (`starting`) have taken theirs.
+    It is asked in order, and not at all behind a head whose reservation holds,
+    so a `fits` that takes the GPUs as it says yes (the hub's) decides and
+    reserves in one pass.
     """
     starting: list[Waiting] = []
     head_blocked = False
     for waiting in ordered:
-        if fits(waiting, starting):
+        outcome = fits(waiting, starting)
+        if outcome is True or outcome is Outcome.STARTS:
             starting.append(waiting)
+            continue
+        if outcome is Outcome.HELD:
             continue
         if not head_blocked and now - waiting.arrived >= reserve_after:
             break  # the head has waited long enough: what frees up is kept for it

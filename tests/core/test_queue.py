@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuspawner.core.queue import Waiting, in_order, starting_now
+from gpuspawner.core.queue import Outcome, Waiting, in_order, starting_now
 from gpuspawner.core.usage import HOUR, UsageRecord, decayed_gpu_hours
 
 DAY = 24 * HOUR
@@ -114,3 +114,44 @@ def test_a_big_request_never_starves_and_no_gpu_idles_for_nothing(durations, gap
     assert started is not None
     assert started <= reserve_after + max(durations) * 60.0 + 60.0
     assert idle == []
+
+
+def capacity_with_quota(free: int, held: set[int]):
+    """`fits` for a pool with `free` GPUs where the requests in `held` are over their quota."""
+    fits = capacity(free)
+    return lambda w, starting: Outcome.HELD if w.key in held else fits(w, starting)
+
+
+@pytest.mark.parametrize(
+    ("free", "now", "line", "held", "starts"),
+    [
+        # a quota-held head that has waited long reserves nothing: the one behind it starts
+        (2, 900, [waiting(1, 1), waiting(2, 1)], {1}, [2]),
+        # behind a held one, a capacity-short head still reserves what frees up
+        (1, 900, [waiting(1, 1), waiting(2, 4), waiting(3, 1)], {1}, []),
+        # held ones never start, however much is free
+        (4, 0, [waiting(1, 1), waiting(2, 2)], {1, 2}, []),
+    ],
+)
+def test_a_request_over_its_groups_quota_is_passed_over(free, now, line, held, starts):
+    chosen = starting_now(line, capacity_with_quota(free, held), now)
+    assert [w.key for w in chosen] == starts
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    requests=st.lists(
+        st.tuples(st.integers(0, 4), st.integers(0, 1200), st.booleans()), min_size=1, max_size=12
+    ),
+    free=st.integers(0, 8),
+    now=st.integers(0, 1800),
+)
+def test_held_requests_change_nothing_for_the_others(requests, free, now):
+    """Whatever waits over its quota, the rest of the line starts exactly as if it were not there:
+    a quota can never make GPUs gather for nobody."""
+    line = [waiting(i, gpus, arrived=arrived) for i, (gpus, arrived, _) in enumerate(requests)]
+    held = {i for i, (_, _, is_held) in enumerate(requests) if is_held}
+    ordered = in_order(line, {})
+    with_held = starting_now(ordered, capacity_with_quota(free, held), now)
+    without = starting_now([w for w in ordered if w.key not in held], capacity(free), now)
+    assert with_held == without
