@@ -9,7 +9,7 @@ they can do.
 from __future__ import annotations
 
 from .limits import Limited
-from .words import DEFAULT_GROUP, clock_time, count_gpus, duration, from_group, ordinal, your_server
+from .words import DEFAULT_GROUP, at_clock, count_gpus, duration, from_group, ordinal, your_server
 
 QUOTA = "max_gpus_group"  # the one limit that waiting can change: a group member gives GPUs back
 
@@ -41,7 +41,7 @@ def standing(
     if freeing:
         text += f" {freeing}."
     return (
-        f"{text} You wait until {clock_time(deadline, now)} at the most "
+        f"{text} You wait until {at_clock(deadline, now)} at the most "
         f"(max_wait{from_group(max_wait.group)})."
     )
 
@@ -73,15 +73,15 @@ def kept_for_another(gpus: float) -> str:
 def removed(server: str, at: float) -> str:
     return (
         f"An admin removed the start of {your_server(server)} from the waiting line at "
-        f"{clock_time(at, at)}. Nothing is held for it; you may start it again."
+        f"{at_clock(at, at)}. Nothing is held for it; you may start it again."
     )
 
 
 def ended_by_restart(server: str, gpus: float, profile: str, arrived: float, at: float) -> str:
     """For the next spawn page of someone who was waiting when the hub stopped."""
     return (
-        f"The start of {your_server(server)} ended at {clock_time(at, at)}: it was waiting in "
-        f"line for {count_gpus(gpus)} (profile {profile!r}) since {clock_time(arrived, at)} "
+        f"The start of {your_server(server)} ended at {at_clock(at, at)}: it was waiting in "
+        f"line for {count_gpus(gpus)} (profile {profile!r}) since {at_clock(arrived, at)} "
         "when the hub restarted, and a restart ends every waiting start. Nothing is held for "
         "it: start it again to join the line anew."
     )

@@ -22,6 +22,17 @@ def your_server(server: str) -> str:
     return f"your server {server!r}" if server else "your default server"
 
 
+def their_server(user: str, server: str) -> str:
+    """ "bob's server" / "bob's server 'train'": someone's server, to another user."""
+    return f"{user}'s server {server!r}" if server else f"{user}'s server"
+
+
+def ordinal(n: int) -> str:
+    """ "1st", "2nd", "3rd", "11th", "22nd": a place in the waiting line."""
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
 def count_gpus(n: int | float | Fraction) -> str:
     """ "1 GPU", "2 GPUs", "1/7 GPU", "1 3/7 GPUs": the words users read in refusals and
     on the form. Fractions are GPU-equivalents (a MIG instance, a shared slot)."""
