@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from .limits import Limited
-from .words import at_clock, count_gpus, their_server
+from .words import at_clock, their_server
 
 NEVER = Limited(None, None)
 
@@ -25,17 +25,24 @@ class Holding:
 
     user: str
     server: str
-    gpus: float
+    units: int  # that the waiter could use
     since: float
     idle_since: float | None = None  # since when all its GPUs have been idle, if they are
     max_age: Limited = NEVER
     gpu_idle_timeout: Limited = NEVER
+    noun: str = "GPU"  # what a unit is called: "GPU", "MIG instance", "shared slot"
+
+    @property
+    def frees(self) -> str:
+        """ "1 GPU frees up", "2 MIG instances free up"."""
+        one = self.units == 1
+        return f"{self.units} {self.noun}{'' if one else 's'} {'frees' if one else 'free'} up"
 
 
 @dataclass(frozen=True)
 class Freeing:
     at: float
-    gpus: float
+    units: int
     words: str  # "1 GPU frees up when bob's server reaches its max_age at 14:20 UTC"
 
 
@@ -47,14 +54,14 @@ def next_freeing(holdings: Iterable[Holding], now: float) -> Freeing | None:
     """
     found: list[tuple[float, int, Freeing]] = []
     for held in holdings:
-        frees = f"{count_gpus(held.gpus)} {'frees' if held.gpus <= 1 else 'free'} up"
+        frees = held.frees
         server = their_server(held.user, held.server)
         if held.max_age.value is not None:
             at = max(now, held.since + held.max_age.value)
             words = f"{frees} when {server} reaches its max_age at {at_clock(at, now)}"
-            found.append((at, 0, Freeing(at, held.gpus, words)))
+            found.append((at, 0, Freeing(at, held.units, words)))
         if held.gpu_idle_timeout.value is not None and held.idle_since is not None:
             at = max(now, held.idle_since + held.gpu_idle_timeout.value)
             words = f"{frees} at {at_clock(at, now)} if {server} stays idle (gpu_idle_timeout)"
-            found.append((at, 1, Freeing(at, held.gpus, words)))
+            found.append((at, 1, Freeing(at, held.units, words)))
     return min(found, key=lambda f: f[:2])[2] if found else None

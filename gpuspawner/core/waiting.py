@@ -9,13 +9,13 @@ they can do.
 from __future__ import annotations
 
 from .limits import Limited
-from .words import DEFAULT_GROUP, at_clock, count_gpus, duration, from_group, ordinal, your_server
+from .words import DEFAULT_GROUP, at_clock, duration, from_group, ordinal, your_server
 
 QUOTA = "max_gpus_group"  # the one limit that waiting can change: a group member gives GPUs back
 
 
 def standing(
-    gpus: float,
+    what: str,
     place: int,
     group: str,
     now: float,
@@ -28,11 +28,12 @@ def standing(
 ) -> str:
     """ "Waiting for 2 GPUs — you are 3rd in line (group researchers). 1 GPU frees up when …"
 
+    `what` is the request in words (`Request.what`: "2 GPUs", "a MIG instance 1g.10gb");
     `group` is the one the user waits as (their priority's), `quota` the group whose
     max_gpus_group holds them back, if that is what they wait for; `freeing` is the
     estimate (`estimates.next_freeing`), where there is a basis for one.
     """
-    text = f"Waiting for {count_gpus(gpus)}"
+    text = f"Waiting for {what}"
     if quota is not None:
         text += f" within the quota{from_group(quota)} ({QUOTA})"
     text += f" — you are {ordinal(place)} in line ({_as_group(group)})."
@@ -46,7 +47,7 @@ def standing(
     )
 
 
-def gave_up(server: str, gpus: float, place: int, max_wait: Limited, quota: str | None) -> str:
+def gave_up(server: str, what: str, place: int, max_wait: Limited, quota: str | None) -> str:
     """Why a start's wait ended at its max_wait, and what the user can do."""
     why = (
         f"its group's GPUs stayed in use ({QUOTA}{from_group(quota)})"
@@ -55,16 +56,16 @@ def gave_up(server: str, gpus: float, place: int, max_wait: Limited, quota: str 
     )
     return (
         f"{_capital(your_server(server))} waited {duration(max_wait.value or 0)} in line for "
-        f"{count_gpus(gpus)}, the longest it may wait (max_wait{from_group(max_wait.group)}), "
+        f"{what}, the longest it may wait (max_wait{from_group(max_wait.group)}), "
         f"and {why} (it was {ordinal(place)} in line). Nothing is held for it: start it again "
         "to join the line anew, or pick a profile with fewer GPUs."
     )
 
 
-def kept_for_another(gpus: float) -> str:
+def kept_for_another(what: str) -> str:
     """Why a start that may not wait (max_wait 0) is refused though GPUs are free."""
     return (
-        f"Not enough free GPUs for {count_gpus(gpus)} now: the GPUs that free up are kept for a "
+        f"Not enough free GPUs for {what} now: the GPUs that free up are kept for a "
         "start that has waited longest in line. Try again when it has started, or pick a "
         "profile with fewer GPUs."
     )
@@ -77,11 +78,11 @@ def removed(server: str, at: float) -> str:
     )
 
 
-def ended_by_restart(server: str, gpus: float, profile: str, arrived: float, at: float) -> str:
+def ended_by_restart(server: str, what: str, profile: str, arrived: float, at: float) -> str:
     """For the next spawn page of someone who was waiting when the hub stopped."""
     return (
         f"The start of {your_server(server)} ended at {at_clock(at, at)}: it was waiting in "
-        f"line for {count_gpus(gpus)} (profile {profile!r}) since {at_clock(arrived, at)} "
+        f"line for {what} (profile {profile!r}) since {at_clock(arrived, at)} "
         "when the hub restarted, and a restart ends every waiting start. Nothing is held for "
         "it: start it again to join the line anew."
     )

@@ -106,7 +106,7 @@ def end_waiting_starts(db: Any, waited: Iterable[Waited], at: float) -> list[Wai
         orm_spawner = db.get(orm.Spawner, entry.spawner_id)
         if orm_spawner is None:
             continue
-        text = ended_by_restart(entry.server, entry.gpus, entry.profile, entry.arrived, at)
+        text = ended_by_restart(entry.server, entry.asks_for, entry.profile, entry.arrived, at)
         orm_spawner.state = {**(orm_spawner.state or {}), STATE_NOTICE: text}
         told.append(entry)
     db.commit()

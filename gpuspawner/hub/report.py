@@ -103,7 +103,6 @@ def waiting_report(broker: Broker) -> list[dict[str, Any]]:
         row["since"] = _iso(datetime.fromtimestamp(row.pop("arrived"), UTC))
         row["gives_up_at"] = _iso(datetime.fromtimestamp(standing.gives_up_at, UTC))
         row["waited_seconds"] = round(broker.clock() - standing.arrived, 1)
-        row["asks_for"] = count_gpus(standing.gpus)
         rows.append(row)
     return rows
 

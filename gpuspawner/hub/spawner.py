@@ -122,7 +122,8 @@ class GPUSpawner(GPUSettings, DockerSpawner):
             profile = choose_profile(self.user_options, offered, self._images_offered())
         except InvalidUserOptions:
             profile = None  # start() refuses it at once
-        wait = self._user_limits().max_wait.value if profile and profile.gpus else 0
+        gpus = profile is not None and profile.request.kind is not None
+        wait = self._user_limits().max_wait.value if gpus else 0
         current = int(getattr(self, "start_timeout"))  # noqa: B009 (a trait mypy cannot see)
         if current != self._start_timeout_given:  # the config's, or a group override's
             self._start_timeout_base = current
@@ -230,10 +231,10 @@ class GPUSpawner(GPUSettings, DockerSpawner):
                 )
 
         try:
-            if not profile.gpus:
+            if profile.request.kind is None:
                 return reserve()
             return await self.broker.line.take(
-                holder, profile.slug, profile.display_name, profile.gpus, limits, reserve
+                holder, profile.slug, profile.display_name, profile.request, limits, reserve
             )
         except LimitExceeded as exceeded:
             raise _refused(str(exceeded), "limit", 403) from None

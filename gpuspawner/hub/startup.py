@@ -171,7 +171,7 @@ def _end_previous_line(app: Any, broker: Broker) -> None:
             "gpuspawner: %s was waiting in line for %s when the hub stopped; that start has "
             "ended and their next spawn page says so",
             server_name(entry.user, entry.server),
-            count_gpus(entry.gpus),
+            entry.asks_for,
         )
 
 

@@ -34,10 +34,12 @@ from ..core.limits import LimitExceeded, UserLimits
 from ..core.placement import NotEnoughGPUs
 from ..core.pool import Grant, Holder, Pool
 from ..core.queue import DEFAULT_RESERVE_AFTER, Outcome, Waiting, in_order, starting_now
+from ..core.units import Kind, Request
 from ..core.waiting import QUOTA
 from ..core.words import DEFAULT_GROUP, duration
 from ..records.waiting import LineRecord, Waited
 
+NOUNS = {Kind.GPU: "GPU", Kind.MIG: "MIG instance", Kind.SHARED: "shared slot"}
 RECENT_USE_TTL = 60.0  # seconds between two reads of everyone's recent use from the ledger
 
 
@@ -56,6 +58,7 @@ class Entry:
     holder: Holder
     slug: str  # the profile asked for
     profile: str  # its display name
+    request: Request  # what it asks the pool for
     limits: UserLimits
     reserve: Callable[[], Grant]  # the GPUs now, or NotEnoughGPUs / LimitExceeded
     result: asyncio.Future[Grant]
@@ -82,7 +85,8 @@ class Standing:
     user: str
     server: str
     profile: str
-    gpus: float
+    asks_for: str  # the request in words: "2 GPUs", "a MIG instance 1g.10gb"
+    gpus: float  # in GPU-equivalents
     group: str
     priority: int
     recent_gpu_hours: float
@@ -126,7 +130,7 @@ class Line:
         holder: Holder,
         slug: str,
         profile: str,
-        gpus: int,
+        request: Request,
         limits: UserLimits,
         reserve: Callable[[], Grant],
     ) -> Grant:
@@ -136,18 +140,19 @@ class Line:
         refusal; a limit other than the group's quota), and WaitEnded when the wait ends
         without GPUs.
         """
-        entry = self._join(holder, slug, profile, gpus, limits, reserve)
+        entry = self._join(holder, slug, profile, request, limits, reserve)
         outcome = "cancelled"  # unless the wait ends otherwise: JupyterHub cancelled the spawn
         try:
             self.run()
             if not entry.result.done() and not limits.max_wait.value:
                 outcome = "refused"
-                raise entry.blocked or WaitEnded(words.kept_for_another(gpus), outcome, "capacity")
+                ended = WaitEnded(words.kept_for_another(request.what), outcome, "capacity")
+                raise entry.blocked or ended
             timeout = max(0.0, entry.deadline - self.clock())
             if not (await asyncio.wait([entry.result], timeout=timeout))[0]:
                 outcome = "max_wait"
                 text = words.gave_up(
-                    holder.server, gpus, self._place(entry), limits.max_wait, entry.quota
+                    holder.server, request.what, self._place(entry), limits.max_wait, entry.quota
                 )
                 raise WaitEnded(text, outcome, "limit" if entry.quota else "capacity")
             outcome = "refused"  # unless the result is GPUs, or the end of the wait
@@ -168,19 +173,20 @@ class Line:
         holder: Holder,
         slug: str,
         profile: str,
-        gpus: int,
+        request: Request,
         limits: UserLimits,
         reserve: Callable[[], Grant],
     ) -> Entry:
         arrived = self.clock()
         group, priority = limits.priority.group or DEFAULT_GROUP, limits.priority.value or 0
-        waiting = Waiting(holder.spawner_id, holder.user_id, group, priority, gpus, arrived)
+        weight = float(self.pool.weight_of(request))
+        waiting = Waiting(holder.spawner_id, holder.user_id, group, priority, weight, arrived)
         result = asyncio.get_running_loop().create_future()
-        entry = Entry(waiting, holder, slug, profile, limits, reserve, result)
+        entry = Entry(waiting, holder, slug, profile, request, limits, reserve, result)
         self._entries[waiting.key] = entry
         if self.record is not None:
             ids = (holder.spawner_id, holder.user_id, holder.user, holder.server)
-            self.record.joined(Waited(*ids, profile, gpus, arrived))
+            self.record.joined(Waited(*ids, profile, request.what, arrived))
         return entry
 
     def remove(self, key: int) -> bool:
@@ -274,9 +280,9 @@ class Line:
         if entry is None:
             return None
         now = self.clock()
-        freeing = next_freeing(self._holdings(entry.quota), now)
+        freeing = next_freeing(self._holdings(entry), now)
         return words.standing(
-            entry.waiting.gpus,
+            entry.request.what,
             self._place(entry),
             entry.waiting.group,
             now,
@@ -324,6 +330,7 @@ class Line:
                     user=entry.holder.user,
                     server=entry.holder.server,
                     profile=entry.slug,
+                    asks_for=entry.request.what,
                     gpus=w.gpus,
                     group=w.group,
                     priority=w.priority,
@@ -336,25 +343,27 @@ class Line:
             )
         return rows
 
-    def _holdings(self, quota: str | None) -> list[Holding]:
-        """The running servers whose end could let this waiter start: all of them, or, for a
-        wait on a group's quota, that group's."""
-        found = []
+    def _holdings(self, entry: Entry) -> list[Holding]:
+        """The running servers whose end could let this waiter start: those holding units it
+        could use, or, for a wait on a group's quota, that group's."""
+        quota, found = entry.quota, []
         for grant in self.pool.grants():
-            if grant.stopping or not grant.uuids or (quota and grant.quota_group != quota):
+            if grant.stopping or (quota and grant.quota_group != quota):
                 continue
+            usable = grant.units if quota else [u for u in grant.units if entry.request.matches(u)]
             limits = self.limits_of(grant.holder.user_id)
-            if limits is None:
+            if not usable or limits is None:
                 continue
             found.append(
                 Holding(
                     grant.holder.user,
                     grant.holder.server,
-                    len(grant.uuids),
+                    len(usable),
                     grant.since,
                     self.idle.idle_since.get(grant.key),
                     limits.duration("max_age"),
                     limits.duration("gpu_idle_timeout"),
+                    NOUNS[usable[0].kind],
                 )
             )
         return found

@@ -27,11 +27,11 @@ CREATE TABLE IF NOT EXISTS waiting (
     user TEXT NOT NULL,
     server TEXT NOT NULL,
     profile TEXT NOT NULL,
-    gpus REAL NOT NULL,
+    asks_for TEXT NOT NULL,
     arrived REAL NOT NULL
 );
 """
-COLUMNS = "spawner_id, user_id, user, server, profile, gpus, arrived"
+COLUMNS = "spawner_id, user_id, user, server, profile, asks_for, arrived"
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,7 @@ class Waited:
     user: str
     server: str
     profile: str
-    gpus: float
+    asks_for: str  # the request in words: "2 GPUs", "a MIG instance 1g.10gb"
     arrived: float
 
 
@@ -68,7 +68,7 @@ class LineRecord:
                 entry.user,
                 entry.server,
                 entry.profile,
-                entry.gpus,
+                entry.asks_for,
                 entry.arrived,
             ),
         )

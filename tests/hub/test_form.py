@@ -176,9 +176,7 @@ def test_where_the_user_may_wait_a_full_pool_greys_nothing_out_and_says_so():
     config = {"researchers": {"max_wait": 1800}}
     table = LimitsTable.parse(config, {}, [p.slug for p in PROFILES])
     limits = table.for_user({"researchers"})
-    rows = form.profile_rows(
-        PROFILES, limits, ANN, pool.usage(), pool.free_count(), GPUS, None, {"gpu-2": 3}
-    )
+    rows = form.profile_rows(PROFILES, limits, ANN, pool, None, {"gpu-2": 3})
     by_slug = {row.slug: row for row in rows}
     assert by_slug["gpu-2"].reason == ""
     assert by_slug["gpu-2"].note == (
@@ -193,3 +191,11 @@ def test_where_the_user_may_wait_a_full_pool_greys_nothing_out_and_says_so():
     # without max_wait, as before: greyed out with the reason
     plain = rows_for(ANN, set(), pool, {})[0]
     assert plain["gpu-2"].reason and not plain["gpu-2"].note
+
+
+def test_a_profile_the_machine_can_never_serve_is_not_offered_as_a_wait():
+    few = Pool([g.uuid for g in GPUS[:2]])  # two GPUs; the profiles go up to four
+    limits = LimitsTable.parse({}, {"max_wait": 600}, [p.slug for p in PROFILES]).for_user(set())
+    rows = {r.slug: r for r in form.profile_rows(PROFILES, limits, ANN, few, None)}
+    assert rows["gpu-4"].reason == "Needs 4 free GPU(s); 2 free right now."
+    assert rows["gpu-4"].note == ""

@@ -13,6 +13,7 @@ from gpuspawner.config.site import GPUSite
 from gpuspawner.core.limits import Limited, LimitExceeded
 from gpuspawner.core.placement import NotEnoughGPUs
 from gpuspawner.core.pool import Grant, Holder
+from gpuspawner.core.units import Request
 from gpuspawner.core.usage import HOUR
 from gpuspawner.hub.broker import Broker
 from gpuspawner.hub.waiting import WaitEnded
@@ -54,10 +55,13 @@ def start(broker, key, group, gpus=1, user_id=None):
     holder = Holder(key, user_id, f"user{user_id}")
     limits = broker.site.limits.for_user({group} if group else set())
 
-    def reserve():
-        return broker.reserve(holder, gpus, admit=lambda usage: limits.admit(gpus, user_id, usage))
+    request = Request(gpus=gpus)
 
-    line = broker.line.take(holder, f"gpu-{gpus}", f"{gpus} GPU", gpus, limits, reserve)
+    def reserve():
+        admit = lambda usage, weight: limits.admit(weight, user_id, usage)  # noqa: E731
+        return broker.reserve(holder, request, admit=admit)
+
+    line = broker.line.take(holder, f"gpu-{gpus}", f"{gpus} GPU", request, limits, reserve)
     return asyncio.ensure_future(line)
 
 

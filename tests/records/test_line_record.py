@@ -3,8 +3,8 @@
 from gpuspawner.records.ledger import Ledger
 from gpuspawner.records.waiting import LineRecord, Waited
 
-ANN = Waited(1, 10, "ann", "train", "2 GPUs", 2.0, 1000.0)
-BOB = Waited(2, 11, "bob", "", "1 GPU", 1.0, 900.0)
+ANN = Waited(1, 10, "ann", "train", "Two H100s", "2 GPUs", 1000.0)
+BOB = Waited(2, 11, "bob", "", "One H100", "1 GPU", 900.0)
 
 
 def test_what_was_waiting_when_the_hub_died_is_found_once(tmp_path):
@@ -12,7 +12,7 @@ def test_what_was_waiting_when_the_hub_died_is_found_once(tmp_path):
     crashed = LineRecord(path)  # never closed: as after kill -9
     crashed.joined(ANN)
     crashed.joined(BOB)
-    crashed.joined(Waited(3, 12, "cat", "", "1 GPU", 1.0, 950.0))
+    crashed.joined(Waited(3, 12, "cat", "", "One H100", "1 GPU", 950.0))
     crashed.left(3)  # started, cancelled or gave up: not waiting any more
     restarted = LineRecord(path)
     assert restarted.take_all() == [BOB, ANN]
