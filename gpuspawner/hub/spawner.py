@@ -248,7 +248,7 @@ class GPUSpawner(GPUSettings, DockerSpawner):
             ) from None
         except WaitEnded as ended:
             if ended.outcome == "removed":  # an admin's decision, not a refusal
-                raise SpawnException(str(ended), reason=ended.reason, status_code=409) from None
+                raise _failed(str(ended), ended.reason, 409) from None
             raise _refused(str(ended), ended.reason, 409) from None
 
     async def start(self) -> Any:
@@ -294,7 +294,7 @@ class GPUSpawner(GPUSettings, DockerSpawner):
         try:
             await asyncio.wrap_future(work)
         except storage.StorageProblem as problem:
-            raise SpawnException(str(problem), reason="storage", status_code=500) from None
+            raise _failed(str(problem), "storage", 500) from None
 
     @property
     def _reserved(self) -> asyncio.Event:
@@ -311,7 +311,7 @@ class GPUSpawner(GPUSettings, DockerSpawner):
         try:
             kwargs = isolate(kwargs, grant, self.prefix)
         except UnsafeContainerConfig as unsafe:
-            raise SpawnException(str(unsafe), reason="config", status_code=500) from None
+            raise _failed(str(unsafe), "config", 500) from None
         # Kept until the server ends: a cancelled start must wait for this create to finish
         # before the container can be confirmed gone.
         self._create_in_flight: Future[Any] | None = self.executor.submit(
@@ -421,7 +421,15 @@ class GPUSpawner(GPUSettings, DockerSpawner):
 def _refused(message: str, reason: str, status_code: int) -> SpawnException:
     """A spawn refused before any container: counted, and shown to the user as is."""
     SPAWNS_REFUSED.labels(reason).inc()
-    return SpawnException(message, reason=reason, status_code=status_code)
+    return _failed(message, reason, status_code)
+
+
+def _failed(message: str, reason: str, status_code: int) -> SpawnException:
+    """A spawn that ends with `message` for the user: as is on the spawn page and in the
+    progress stream, which otherwise prefix it with "409 SpawnException(reason=…):"."""
+    failure = SpawnException(message, reason=reason, status_code=status_code)
+    failure.jupyterhub_message = message
+    return failure
 
 
 def _options_from_form(formdata: dict[str, list[str]]) -> dict[str, Any]:

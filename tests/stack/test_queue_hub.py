@@ -21,6 +21,7 @@ from selenium.webdriver.support import expected_conditions
 from selenium.webdriver.support.ui import WebDriverWait
 
 from gpuspawner.core.pool import Grant, Holder
+from gpuspawner.core.units import bare
 from gpuspawner.records.ledger import Ledger
 
 START_TIMEOUT = 10
@@ -82,7 +83,9 @@ def used_recently(hub: Hub, user: str, gpu_hours: float) -> None:
         [(user_id,)] = db.execute("SELECT id FROM users WHERE name = ?", (user,))
     ledger = Ledger(hub.workdir / "gpuspawner-usage.sqlite")
     start = time.time() - 24 * 3600
-    ledger.opened(Grant(Holder(10_000 + user_id, user_id, user), ("GPU-old",), start), gpu_hours)
+    ledger.opened(
+        Grant(Holder(10_000 + user_id, user_id, user), (bare("GPU-old"),), start), gpu_hours
+    )
     ledger.ended(10_000 + user_id, start + 3600)
     ledger.close()
 
@@ -201,7 +204,8 @@ def test_the_admin_page_lists_the_line_and_removes_an_entry(hub: Hub, browser):
     browser.get(f"{hub.url}/hub/gpus")
     rows = browser.find_elements(By.CSS_SELECTOR, "#waiting-table tbody tr")
     assert [row.get_attribute("data-user") for row in rows] == order
-    assert "researchers (0)" in rows[1].text and "1.0 GPU-h" in rows[1].text
+    # lena's GPU-hour of yesterday, decayed by a day of the 7-day half-life: 2**(-1/7) = 0.91
+    assert "researchers (0)" in rows[1].text and "0.9 GPU-h" in rows[1].text
     rows[0].find_element(By.CSS_SELECTOR, "button.remove-waiting").click()
     hub.wait_for(lambda: in_line(hub) == ["lena"], what="otto out of the line")
     ended = progress_end(hub, "otto")
