@@ -23,6 +23,7 @@ from typing import Any
 
 import docker
 import requests
+from prometheus_client.parser import text_string_to_metric_families
 
 from gpuspawner.engine.docker import bridge_gateway
 
@@ -227,6 +228,16 @@ class Hub:
         response = self.api("GET", "/gpus")
         response.raise_for_status()
         return response.json()
+
+    def metrics(self) -> dict[tuple[str, tuple], float]:
+        """/hub/metrics as Prometheus scrapes it: (name, sorted labels) → value."""
+        response = self.api("GET", "/../metrics")
+        response.raise_for_status()
+        return {
+            (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+            for family in text_string_to_metric_families(response.text)
+            for sample in family.samples
+        }
 
     def held_by(self, user: str) -> list[str]:
         """UUIDs the pool says `user` holds, across all their servers."""

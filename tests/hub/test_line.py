@@ -1,10 +1,11 @@
 """The hub's waiting line, in-process: the broker's real pool, ledger and line on the hub's
 event loop. Containers are the one stand-in (every container is already gone when asked);
-tests/stack/test_queue.py runs the same on a real hub and dockerd."""
+tests/stack/test_queue_hub.py runs the same on a real hub and dockerd."""
 
 import asyncio
 import dataclasses
 import logging
+from fractions import Fraction
 
 import pytest
 
@@ -13,7 +14,7 @@ from gpuspawner.config.site import GPUSite
 from gpuspawner.core.limits import Limited, LimitExceeded
 from gpuspawner.core.placement import NotEnoughGPUs
 from gpuspawner.core.pool import Grant, Holder
-from gpuspawner.core.units import Request
+from gpuspawner.core.units import Request, bare
 from gpuspawner.core.usage import HOUR
 from gpuspawner.hub.broker import Broker
 from gpuspawner.hub.waiting import WaitEnded
@@ -49,13 +50,12 @@ def broker(tmp_path):
     broker.line.close()
 
 
-def start(broker, key, group, gpus=1, user_id=None):
+def start(broker, key, group, gpus=1, user_id=None, request=None):
     """A GPU start as GPUSpawner makes it, as a task: it holds GPUs or waits in line."""
     user_id = key if user_id is None else user_id
     holder = Holder(key, user_id, f"user{user_id}")
     limits = broker.site.limits.for_user({group} if group else set())
-
-    request = Request(gpus=gpus)
+    request = request or Request(gpus=gpus)
 
     def reserve():
         admit = lambda usage, weight: limits.admit(weight, user_id, usage)  # noqa: E731
@@ -108,7 +108,7 @@ async def test_a_confirmed_release_starts_the_next_in_line_in_that_step(broker):
 async def test_the_line_goes_by_priority_then_recent_use_then_arrival(broker):
     history = Ledger(broker.ledger.path)
     now = broker.clock()
-    heavy = Grant(Holder(50, 2, "user2"), ("GPU-x",), now - 30 * HOUR)
+    heavy = Grant(Holder(50, 2, "user2"), (bare("GPU-x"),), now - 30 * HOUR)
     history.opened(heavy, gpus=8)  # 8 GPUs for 20 hours, yesterday
     history.ended(50, now - 10 * HOUR)
     held = await fill(broker)
@@ -180,18 +180,13 @@ async def test_freed_gpus_gather_for_a_head_that_has_waited_reserve_after(broker
     small = start(broker, 2, "researchers")
     await settle()
     broker.release_when_gone(held[0].key)
-    await asyncio.wait_for(_released(broker, held[0].key), 10)
+    assert await asyncio.wait_for(broker.settled(held[0].key), 10)
     assert not small.done() and broker.pool.free_count() == 1  # kept for the 2-GPU head
     assert [s.kept_for for s in broker.line.standings()] == [True, False]
     assert "GPUs that free up are kept for you." in broker.line.status(1)
     broker.release_when_gone(held[1].key)
     assert len((await asyncio.wait_for(big, 10)).uuids) == 2
     small.cancel()
-
-
-async def _released(broker, key):
-    while broker.pool.grant_of(key) is not None:
-        await asyncio.sleep(0.01)
 
 
 async def test_the_pending_page_says_where_one_stands_and_what_frees_up_when(broker):
@@ -248,3 +243,33 @@ async def test_every_wait_is_measured_with_how_it_ended(broker):
     with pytest.raises(NotEnoughGPUs):
         await start(broker, 3, None)
     assert ended == ["started"] * 4 + ["cancelled", "started", "refused"]
+
+
+async def test_a_slice_waits_for_a_slice_and_is_told_so():
+    """On a mixed host (an H100, an A100 cut in two 3g.40gb), a MIG start waits for a MIG
+    instance: a whole GPU coming free does not start it, nor is it an estimate for it."""
+    host = [
+        {"model": "NVIDIA H100 80GB HBM3", "memory": "80G"},
+        {"model": "NVIDIA A100-SXM4-80GB", "memory": "80G", "mig": ["3g.40gb"] * 2},
+    ]
+    settings = GPUSettings(simulated_host=host, group_limits=LIMITS)
+    broker = Broker(GPUSite.from_config(settings), GoneEngine(), "jupyter", LOG)
+    slice_ = Request(mig_profile="3g.40gb")
+    whole_gpu = await start(broker, 1, "researchers")
+    slices = [await start(broker, k, "researchers", request=slice_) for k in (2, 3)]
+    runs_1h = {"max_age": Limited(HOUR, "marathon")}
+    marathon = dataclasses.replace(broker.site.limits.for_user(set()), durations=runs_1h)
+    broker.line.limits_of = lambda user_id: marathon
+    waiter = start(broker, 4, "researchers", request=slice_)
+    await settle()
+    status = broker.line.status(4)
+    assert status.startswith("Waiting for a MIG instance 3g.40gb — you are 1st in line")
+    assert "1 MIG instance frees up when user2's server reaches its max_age" in status
+    assert [s.asks_for for s in broker.line.standings()] == ["a MIG instance 3g.40gb"]
+    broker.release_when_gone(whole_gpu.key)
+    assert await asyncio.wait_for(broker.settled(whole_gpu.key), 10)
+    assert not waiter.done()  # a whole GPU is no MIG instance
+    broker.release_when_gone(slices[0].key)
+    grant = await asyncio.wait_for(waiter, 10)
+    assert grant.ids == slices[0].ids and grant.weight == Fraction(3, 7)
+    broker.executor.shutdown(wait=False)

@@ -5,7 +5,6 @@ import json
 import pytest
 import requests
 from browser import chromium, log_in, screenshot_for_docs
-from prometheus_client.parser import text_string_to_metric_families
 from realhub import PASSWORD, Hub
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions
@@ -35,16 +34,6 @@ def hub(hub_factory, tmp_path_factory) -> Hub:
     return hub
 
 
-def scrape(hub: Hub) -> dict[tuple[str, tuple], float]:
-    response = hub.api("GET", "/../metrics")
-    response.raise_for_status()
-    return {
-        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
-        for family in text_string_to_metric_families(response.text)
-        for sample in family.samples
-    }
-
-
 def value(metrics, name: str, **labels) -> float:
     return metrics[(name, tuple(sorted(labels.items())))]
 
@@ -53,7 +42,7 @@ def test_metrics_match_the_pool(hub: Hub):
     assert hub.spawn("admin", "big", profile="gpu-4").status_code == 409  # one refusal
     pool = hub.pool()
     hub.wait_for(lambda: hub.pool()["gpus"][0]["telemetry"], what="a telemetry sample")
-    metrics = scrape(hub)
+    metrics = hub.metrics()
     assert value(metrics, "gpuspawner_gpus", state="free") == pool["free"] == 1
     assert value(metrics, "gpuspawner_gpus", state="allocated") == 3
     assert value(metrics, "gpuspawner_gpus", state="unhealthy") == 0
@@ -108,4 +97,4 @@ def test_an_admin_sees_the_holders_and_stops_one_from_the_page(hub: Hub, browser
     )
     assert "2 of 4" in browser.find_element(By.CSS_SELECTOR, "[data-testid=summary]").text
     assert hub.server_model("bob", "train") is None
-    assert value(scrape(hub), "gpuspawner_gpus", state="free") == 2
+    assert value(hub.metrics(), "gpuspawner_gpus", state="free") == 2

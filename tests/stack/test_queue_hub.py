@@ -182,6 +182,10 @@ def test_a_waiter_whose_max_wait_passes_is_told_why(hub: Hub):
     )
     assert hub.server_model("ivan") is None and not hub.held_by("ivan")
     assert in_line(hub) == []
+    waits = hub.metrics()
+    assert waits[("gpuspawner_wait_duration_seconds_count", (("outcome", "max_wait"),))] == 1
+    assert waits[("gpuspawner_wait_duration_seconds_count", (("outcome", "cancelled"),))] == 1
+    assert waits[("gpuspawner_wait_duration_seconds_count", (("outcome", "started"),))] >= 3
 
 
 def test_limits_waiting_cannot_change_refuse_at_once(hub: Hub):
@@ -197,6 +201,7 @@ def test_the_admin_page_lists_the_line_and_removes_an_entry(hub: Hub, browser):
     hub.wait_for(lambda: len(line(hub)) == 2, what="two in line")
     order = in_line(hub)
     assert order == ["otto", "lena"]  # lena used a GPU-hour yesterday, otto none
+    assert hub.metrics()[("gpuspawner_waiting_spawns", (("group", "researchers"),))] == 2
     page = hub.login("h3").get(f"{hub.url}/hub/spawn/h3/next").text
     assert 'data-testid="waiting-gpu-1">2 waiting</span>' in page
 
