@@ -60,7 +60,9 @@ c.GPUSpawner.profiles = [
     },
 ]
 
-# Students: one GPU each, at most 2 for the whole course at once, back after 1 h of idle GPU.
+# Students: one GPU each, at most 2 for the whole course at once, back after 1 h of idle GPU;
+# when the course's GPUs or the machine's are all taken, a student's start waits in line
+# for up to 30 min instead of being refused (docs/waiting-line.md).
 # Researchers: up to 4 GPUs per person, for at most 3 days a server.
 # Everyone else: CPU or one GPU. Idle notebooks stop after 2 h (CPU-only ones after 8 h).
 HOUR = 3600
@@ -77,6 +79,7 @@ c.GPUSpawner.group_limits = {
         "max_gpus_per_user": 1,
         "max_gpus_group": 2,
         "gpu_idle_timeout": 1 * HOUR,
+        "max_wait": 30 * 60,
     },
     "researchers": {
         "max_gpus_per_user": 4,
