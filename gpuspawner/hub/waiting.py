@@ -140,7 +140,16 @@ class Line:
         refusal; a limit other than the group's quota), and WaitEnded when the wait ends
         without GPUs.
         """
-        entry = self._join(holder, slug, profile, request, limits, reserve)
+        arrived = self.clock()
+        group, priority = limits.priority.group or DEFAULT_GROUP, limits.priority.value or 0
+        weight = float(self.pool.weight_of(request))
+        waiting = Waiting(holder.spawner_id, holder.user_id, group, priority, weight, arrived)
+        result = asyncio.get_running_loop().create_future()
+        entry = Entry(waiting, holder, slug, profile, request, limits, reserve, result)
+        self._entries[waiting.key] = entry
+        if self.record is not None:
+            ids = (holder.spawner_id, holder.user_id, holder.user, holder.server)
+            self.record.joined(Waited(*ids, profile, request.what, arrived))
         outcome = "cancelled"  # unless the wait ends otherwise: JupyterHub cancelled the spawn
         try:
             self.run()
@@ -167,27 +176,6 @@ class Line:
                 self._end(entry)
                 self.run()  # it may have been the head that freed GPUs gathered for
             self.observe(outcome, self.clock() - entry.waiting.arrived)
-
-    def _join(
-        self,
-        holder: Holder,
-        slug: str,
-        profile: str,
-        request: Request,
-        limits: UserLimits,
-        reserve: Callable[[], Grant],
-    ) -> Entry:
-        arrived = self.clock()
-        group, priority = limits.priority.group or DEFAULT_GROUP, limits.priority.value or 0
-        weight = float(self.pool.weight_of(request))
-        waiting = Waiting(holder.spawner_id, holder.user_id, group, priority, weight, arrived)
-        result = asyncio.get_running_loop().create_future()
-        entry = Entry(waiting, holder, slug, profile, request, limits, reserve, result)
-        self._entries[waiting.key] = entry
-        if self.record is not None:
-            ids = (holder.spawner_id, holder.user_id, holder.user, holder.server)
-            self.record.joined(Waited(*ids, profile, request.what, arrived))
-        return entry
 
     def remove(self, key: int) -> bool:
         """An admin takes a start out of the line; it ends with a message, holding nothing."""
