@@ -2,9 +2,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import docker
 import pytest
+from browser import chromium
 from realhub import SESSION_PREFIXES, SESSION_PROXY_PORTS, Hub
 
 
@@ -12,6 +14,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "hub_factory" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.docker)
+
+
+@pytest.fixture
+def browser() -> Iterator[Any]:
+    """A headless Chromium for one test."""
+    driver = chromium()
+    yield driver
+    driver.quit()
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,7 @@ import threading
 from collections.abc import Iterator
 
 import pytest
-from browser import chromium, log_in, screenshot_for_docs
+from browser import log_in, screenshot_for_docs
 from realhub import CPU_IMAGE, NOTEBOOK_IMAGE, PASSWORD, Hub, free_port
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions
@@ -108,13 +108,6 @@ def evil(hub: Hub) -> Iterator[EvilSite]:
     site = EvilSite(hub.url)
     yield site
     site.close()
-
-
-@pytest.fixture
-def browser():
-    driver = chromium()
-    yield driver
-    driver.quit()
 
 
 def test_a_link_on_another_site_starts_nothing(hub: Hub, evil: EvilSite, browser):

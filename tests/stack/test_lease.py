@@ -9,7 +9,7 @@ import re
 
 import pytest
 import requests
-from browser import chromium, log_in
+from browser import log_in
 from realhub import PASSWORD, Hub
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
@@ -39,13 +39,6 @@ def hub(hub_factory, load_file) -> Hub:
     hub.spawn_ready("alice", profile="gpu-1")  # her GPUs fall idle from here on
     hub.spawn_ready("bob", profile="gpu-1")
     return hub
-
-
-@pytest.fixture
-def browser():
-    driver = chromium()
-    yield driver
-    driver.quit()
 
 
 def server_token(hub: Hub, user: str) -> str:

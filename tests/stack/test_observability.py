@@ -4,7 +4,7 @@ import json
 
 import pytest
 import requests
-from browser import chromium, log_in, screenshot_for_docs
+from browser import log_in, screenshot_for_docs
 from realhub import PASSWORD, Hub
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions
@@ -66,13 +66,6 @@ def test_non_admins_are_refused_the_page_and_the_json(hub: Hub):
     assert requests.get(f"{hub.url}/hub/api/gpus", timeout=10).status_code == 403
     home = session.get(f"{hub.url}/hub/home").text
     assert 'href="/hub/gpus"' not in home
-
-
-@pytest.fixture
-def browser():
-    driver = chromium()
-    yield driver
-    driver.quit()
 
 
 def test_an_admin_sees_the_holders_and_stops_one_from_the_page(hub: Hub, browser):

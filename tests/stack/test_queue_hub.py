@@ -14,7 +14,7 @@ import sqlite3
 import time
 
 import pytest
-from browser import chromium, log_in
+from browser import log_in
 from realhub import PASSWORD, Hub
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions
@@ -59,13 +59,6 @@ def hub(hub_factory) -> Hub:
                 "impatient": ["ivan"]},
     )  # fmt: skip
     return hub
-
-
-@pytest.fixture
-def browser():
-    driver = chromium()
-    yield driver
-    driver.quit()
 
 
 def line(hub: Hub) -> list[dict]:

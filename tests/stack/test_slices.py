@@ -11,7 +11,7 @@ import concurrent.futures
 import json
 
 import pytest
-from browser import chromium, log_in
+from browser import log_in
 from realhub import PASSWORD, Hub
 from selenium.webdriver.common.by import By
 
@@ -122,13 +122,6 @@ def test_thirteen_servers_each_get_exactly_their_gpu_instance_or_slot(hub: Hub):
     refused = hub.spawn("viewer", profile="slice")
     assert refused.status_code == 409
     assert "needs a MIG instance 1g.10gb, 0 of 7 are free" in refused.json()["message"]
-
-
-@pytest.fixture
-def browser():
-    driver = chromium()
-    yield driver
-    driver.quit()
 
 
 def test_the_form_shows_each_kind_with_its_free_count_and_greys_out_the_rest(hub: Hub, browser):
