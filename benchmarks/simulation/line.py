@@ -3,10 +3,10 @@
 With a line, a start that finds no room is not refused: it waits in line, and
 every minute `queue.in_order` orders the line (recent GPU-hours from the
 grants' `usage.UsageRecord`s, decayed with `usage.decayed_gpu_hours`) and
-`queue.starting_now` says who starts, with backfill and a reservation for the
-head. The hub side of the queue does not exist yet; this is what it would
-decide, from the same functions. No group has a priority yet (limits have no
-such key), so all wait at priority 0.
+`queue.starting_now` says who starts, with backfill and a reservation for
+whoever has waited long. The hub's line (`hub.waiting`) runs the same
+functions on events instead of every minute. The documented team has no group
+priorities, so all wait at priority 0.
 """
 
 from __future__ import annotations
@@ -40,4 +40,4 @@ class Line:
         if len(waiting) > 1:  # the order matters only with two or more in line
             recent = decayed_gpu_hours([*self.ended, *self.running.values()], now)
         ordered = in_order(waiting, recent)
-        return starting_now(ordered, lambda w, _: start(w), now, self.reserve_after)
+        return starting_now(ordered, lambda w, _: start(w), now, self.reserve_after).starting

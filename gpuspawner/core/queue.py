@@ -5,15 +5,23 @@ multifactor priority, Kueue's admission fair sharing): a group's `priority`
 first; within one priority, the person who used fewer GPU-hours recently
 (decayed with a half-life, `usage.decayed_gpu_hours`); ties by arrival.
 
-Policy — backfill, then a reservation for the head of the line:
-- While the head of the line has waited less than `reserve_after`, anyone
-  further back whose request fits starts at once: a freed GPU never sits
-  idle while someone it fits is waiting.
-- Once the head has waited `reserve_after` and still does not fit, nobody
-  behind it starts: freed GPUs gather for it. A 4-GPU request therefore
-  starts under any steady stream of 1-GPU requests, after at most
-  `reserve_after` plus the time for 4 GPUs to free; GPUs sit idle only while
-  they gather for it, never more of them than it asked for.
+Policy — backfill, then a reservation for whoever has waited long:
+- A request that does not fit and has waited less than `reserve_after`
+  holds nothing back: anyone further back whose request fits starts at once,
+  so a freed GPU never sits idle while someone it fits is waiting.
+- A request that does not fit and has waited `reserve_after` reserves: from
+  then on nobody behind it who *competes* for the same units (could use a
+  unit it could use) starts; what frees up gathers for it. Requests for other
+  units (a MIG instance behind a whole GPU, another GPU model) go on as
+  before, so a reservation never idles a unit its head could not use. A 4-GPU
+  request therefore starts under any steady stream of 1-GPU requests that
+  sort behind it, after at most `reserve_after` plus the time for 4 GPUs to
+  free; GPUs sit idle only while they gather for it, never more than it
+  asked for. A request sorted ahead of it (a higher priority, less recent
+  use) still goes first: the order is the policy's, the reservation only
+  stops what comes after.
+- A request that may not wait (`patient` false: `max_wait` 0) never
+  reserves: it is refused if it does not fit at once.
 - A request its group's quota holds back (`Outcome.HELD`) is passed over:
   freed GPUs cannot help it, so none gather for it and it never blocks the
   line; it starts when a member of its group gives GPUs back.
@@ -49,6 +57,20 @@ class Waiting:
     priority: int
     gpus: float
     arrived: float
+    patient: bool = True  # may wait (max_wait > 0); one that may not never reserves
+
+
+@dataclass(frozen=True)
+class Pass:
+    """One pass over the line: who starts now, and who freed units are kept for."""
+
+    starting: list[Waiting]
+    reserved: list[Waiting]
+
+
+def everyone_competes(a: Waiting, b: Waiting) -> bool:
+    """On a pool of one kind of unit, every two requests compete for it."""
+    return True
 
 
 def in_order(line: Sequence[Waiting], recent_use: Mapping[int, float]) -> list[Waiting]:
@@ -61,25 +83,28 @@ def starting_now(
     fits: Callable[[Waiting, Sequence[Waiting]], bool | Outcome],
     now: float,
     reserve_after: float = DEFAULT_RESERVE_AFTER,
-) -> list[Waiting]:
-    """Who of the `ordered` line starts now.
+    competes: Callable[[Waiting, Waiting], bool] = everyone_competes,
+) -> Pass:
+    """Who of the `ordered` line starts now, and who reserves what frees up.
 
     `fits(waiting, starting)` says whether a request can be served now,
     after the ones already chosen to start (`starting`) have taken theirs.
-    It is asked in order, and not at all behind a head whose reservation holds,
-    so a `fits` that takes the GPUs as it says yes (the hub's) decides and
-    reserves in one pass.
+    It is asked in order, and not at all for a request behind a reservation it
+    competes with (`competes(request, head)`), so a `fits` that takes the GPUs
+    as it says yes (the hub's) decides and reserves in one pass.
     """
     starting: list[Waiting] = []
-    head_blocked = False
+    reserved: list[Waiting] = []
     for waiting in ordered:
+        if any(competes(waiting, head) for head in reserved):
+            continue  # what frees up that it could use is kept for a head ahead of it
         outcome = fits(waiting, starting)
         if outcome is True or outcome is Outcome.STARTS:
             starting.append(waiting)
-            continue
-        if outcome is Outcome.HELD:
-            continue
-        if not head_blocked and now - waiting.arrived >= reserve_after:
-            break  # the head has waited long enough: what frees up is kept for it
-        head_blocked = True
-    return starting
+        elif (
+            outcome is not Outcome.HELD
+            and waiting.patient
+            and now - waiting.arrived >= reserve_after
+        ):
+            reserved.append(waiting)  # short of units, and has waited long enough
+    return Pass(starting, reserved)

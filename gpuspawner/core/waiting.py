@@ -66,7 +66,7 @@ def kept_for_another(what: str) -> str:
     """Why a start that may not wait (max_wait 0) is refused though GPUs are free."""
     return (
         f"Not enough free GPUs for {what} now: the GPUs that free up are kept for a "
-        "start that has waited longest in line. Try again when it has started, or pick a "
+        "start that has waited long in line. Try again when it has started, or pick a "
         "profile with fewer GPUs."
     )
 
@@ -81,10 +81,10 @@ def removed(server: str, at: float) -> str:
 def ended_by_restart(server: str, what: str, profile: str, arrived: float, at: float) -> str:
     """For the next spawn page of someone who was waiting when the hub stopped."""
     return (
-        f"The start of {your_server(server)} ended at {at_clock(at, at)}: it was waiting in "
-        f"line for {what} (profile {profile!r}) since {at_clock(arrived, at)} "
-        "when the hub restarted, and a restart ends every waiting start. Nothing is held for "
-        "it: start it again to join the line anew."
+        f"The start of {your_server(server)} ended when the hub restarted (it was back at "
+        f"{at_clock(at, at)}): it was waiting in line for {what} (profile {profile!r}) since "
+        f"{at_clock(arrived, at)}, and a restart ends every waiting start. Nothing is held "
+        "for it: start it again to join the line anew."
     )
 
 

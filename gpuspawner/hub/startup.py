@@ -139,6 +139,7 @@ async def start_broker(app: Any, spawner_class: Any = None) -> Broker:
     monitor.start()
     broker.line.limits_of = functools.partial(_limits_of, app, broker)
     broker.line.observe = metrics.observe_wait
+    _close_line_at_shutdown(app, broker)
     metrics.register_once()
     pages.install(app)
     lease_api.install(app)
@@ -173,6 +174,20 @@ def _end_previous_line(app: Any, broker: Broker) -> None:
             server_name(entry.user, entry.server),
             entry.asks_for,
         )
+
+
+def _close_line_at_shutdown(app: Any, broker: Broker) -> None:
+    """At shutdown JupyterHub runs `cleanup` (stopping servers, if `cleanup_servers`), then
+    cancels every task, the waiting starts among them. Before either, the line stops
+    starting anyone and keeps its written record, so the next hub tells each person."""
+    cleanup = app.cleanup
+
+    @functools.wraps(cleanup)
+    async def close_line_then_clean_up(*args: Any, **kwargs: Any) -> Any:
+        broker.line.shut_down()
+        return await cleanup(*args, **kwargs)
+
+    app.cleanup = close_line_then_clean_up
 
 
 def _limits_of(app: Any, broker: Broker, user_id: int) -> UserLimits | None:

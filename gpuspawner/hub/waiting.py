@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sqlite3
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -62,7 +63,6 @@ class Entry:
     limits: UserLimits
     reserve: Callable[[], Grant]  # the GPUs now, or NotEnoughGPUs / LimitExceeded
     result: asyncio.Future[Grant]
-    tried: Outcome | None = None  # at the last pass (None: a reservation ahead kept it waiting)
     blocked: Exception | None = None  # why it could not start at its last try
 
     @property
@@ -93,7 +93,7 @@ class Standing:
     arrived: float
     gives_up_at: float
     waiting_for: str  # "gpus", or "quota" (its group's max_gpus_group)
-    kept_for: bool  # freed GPUs gather for it (it heads the line and has waited reserve_after)
+    kept_for: bool  # freed units gather for it (it has waited reserve_after and does not fit)
 
 
 class Line:
@@ -120,7 +120,8 @@ class Line:
         self.observe: Callable[[str, float], None] = lambda outcome, seconds: None
         self._entries: dict[int, Entry] = {}
         self._order: list[int] = []  # the waiting keys in line order, as of the last pass
-        self._reserving: int | None = None  # the head freed GPUs gather for
+        self._reserving: set[int] = set()  # the heads freed units gather for
+        self._closing = False  # the hub is shutting down: nobody starts, the record stays
         self._changed: asyncio.Future[None] | None = None
         self._recent: tuple[float, Mapping[int, float]] = (float("-inf"), {})
 
@@ -143,15 +144,17 @@ class Line:
         arrived = self.clock()
         group, priority = limits.priority.group or DEFAULT_GROUP, limits.priority.value or 0
         weight = float(self.pool.weight_of(request))
-        waiting = Waiting(holder.spawner_id, holder.user_id, group, priority, weight, arrived)
+        patient = bool(limits.max_wait.value)
+        waiting = Waiting(
+            holder.spawner_id, holder.user_id, group, priority, weight, arrived, patient
+        )
         result = asyncio.get_running_loop().create_future()
         entry = Entry(waiting, holder, slug, profile, request, limits, reserve, result)
-        self._entries[waiting.key] = entry
-        if self.record is not None:
-            ids = (holder.spawner_id, holder.user_id, holder.user, holder.server)
-            self.record.joined(Waited(*ids, profile, request.what, arrived))
         outcome = "cancelled"  # unless the wait ends otherwise: JupyterHub cancelled the spawn
         try:
+            self._entries[waiting.key] = entry
+            ids = (holder.spawner_id, holder.user_id, holder.user, holder.server)
+            self._write("joined", Waited(*ids, profile, request.what, arrived))
             self.run()
             if not entry.result.done() and not limits.max_wait.value:
                 outcome = "refused"
@@ -173,8 +176,12 @@ class Line:
             return entry.result.result()
         finally:
             if self._entries.get(entry.waiting.key) is entry:
+                was_reserving = entry.waiting.key in self._reserving
                 self._end(entry)
-                self.run()  # it may have been the head that freed GPUs gathered for
+                if was_reserving:  # what gathered for it may start others now
+                    self.run()
+                else:  # it held nothing back: only the places behind it moved
+                    self._moved()
             self.observe(outcome, self.clock() - entry.waiting.arrived)
 
     def remove(self, key: int) -> bool:
@@ -196,30 +203,50 @@ class Line:
         if self.record is not None:
             self.record.close()
 
+    def shut_down(self) -> None:
+        """The hub is shutting down: start nobody more (servers stopping now must not hand
+        their GPUs to a start that is about to be cancelled), and keep the written line as it
+        is, so the next hub tells each person their start ended."""
+        self._closing = True
+        self.close()
+        self.record = None
+
     # --- the pass ------------------------------------------------------------------------
     def run(self) -> None:
-        """Start whoever's turn has come, then tell everyone watching that the line moved."""
-        if self._entries:
-            self._pass()
-        else:
-            self._order, self._reserving = [], None
+        """Start whoever's turn has come, then tell everyone watching that the line moved.
+        Called from the broker's and the monitor's events: a fault here is logged, never
+        raised into them."""
+        try:
+            if self._entries and not self._closing:
+                self._pass()
+            elif not self._entries:
+                self._order, self._reserving = [], set()
+        except Exception:
+            self.log.exception("gpuspawner: the waiting line's pass failed")
+        self._moved()
+
+    def _moved(self) -> None:
+        """Wake the pending pages: their place or their estimate may have changed."""
         if self._changed is not None and not self._changed.done():
             self._changed.set_result(None)
 
     def _pass(self) -> None:
         now = self.clock()
-        for entry in self._entries.values():
-            entry.tried = None
         recent = self._recent_use(now) if len(self._entries) > 1 else {}
         ordered = in_order([e.waiting for e in self._entries.values()], recent)
-        started = starting_now(ordered, self._try, now, self.reserve_after)
+        chosen = starting_now(ordered, self._try, now, self.reserve_after, self._compete)
         self._order = [w.key for w in ordered if w.key in self._entries]
-        short = [k for k in self._order if self._entries[k].tried is Outcome.SHORT]
-        head = self._entries[short[0]] if short else None
-        reserving = head is not None and now - head.waiting.arrived >= self.reserve_after
-        self._reserving = head.waiting.key if head is not None and reserving else None
-        if started:
-            self.log.debug("gpuspawner: the line starts %d of %d", len(started), len(ordered))
+        self._reserving = {w.key for w in chosen.reserved if w.key in self._entries}
+        if chosen.starting:
+            self.log.debug(
+                "gpuspawner: the line starts %d of %d", len(chosen.starting), len(ordered)
+            )
+
+    def _compete(self, a: Waiting, b: Waiting) -> bool:
+        """Whether two waiting starts could use one same unit (a MIG start and a whole-GPU
+        start do not): only then does a reservation for one hold the other back."""
+        first, second = self._entries[a.key].request, self._entries[b.key].request
+        return any(first.matches(u) and second.matches(u) for u in self.pool.units)
 
     def _try(self, waiting: Waiting, starting: Sequence[Waiting]) -> Outcome:
         """Try to reserve for one waiter, in line order: the pool decides and takes at once."""
@@ -227,10 +254,13 @@ class Line:
         try:
             grant = entry.reserve()
         except NotEnoughGPUs as short:
-            entry.tried, entry.blocked = Outcome.SHORT, short
+            entry.blocked = short
+            if short.total < entry.request.count:  # the machine no longer has that many
+                self._end(entry).set_exception(short)
+                return Outcome.HELD
             return Outcome.SHORT
         except LimitExceeded as over:
-            entry.tried, entry.blocked = Outcome.HELD, over
+            entry.blocked = over
             if over.key != QUOTA:  # waiting cannot change it (the user started another server)
                 self._end(entry).set_exception(over)
             return Outcome.HELD
@@ -238,7 +268,6 @@ class Line:
             self.log.exception("gpuspawner: reserving for %s failed", entry.holder.name)
             self._end(entry).set_exception(error)
             return Outcome.HELD
-        entry.tried = Outcome.STARTS
         self._end(entry).set_result(grant)
         waited = self.clock() - waiting.arrived
         if waited >= 1:
@@ -249,10 +278,23 @@ class Line:
 
     def _end(self, entry: Entry) -> asyncio.Future[Grant]:
         """Out of the line (and out of the written record); its future, to settle."""
-        del self._entries[entry.waiting.key]
-        if self.record is not None:
-            self.record.left(entry.waiting.key)
+        key = entry.waiting.key
+        del self._entries[key]
+        self._reserving.discard(key)
+        if key in self._order:
+            self._order.remove(key)
+        self._write("left", key)
         return entry.result
+
+    def _write(self, change: str, what: Any) -> None:
+        """Write a change of the line down; a failure (a full disk) is logged and costs only
+        the notice after a restart, never a start or the line itself."""
+        if self.record is None:
+            return
+        try:
+            getattr(self.record, change)(what)
+        except sqlite3.Error:
+            self.log.exception("gpuspawner: could not write the waiting line down (%s)", change)
 
     def _recent_use(self, now: float) -> Mapping[int, float]:
         at, recent = self._recent
@@ -277,7 +319,7 @@ class Line:
             entry.deadline,
             entry.limits.max_wait,
             quota=entry.quota,
-            kept_for=key == self._reserving,
+            kept_for=key in self._reserving,
             freeing=freeing.words if freeing else None,
         )
 
@@ -285,14 +327,16 @@ class Line:
         """A waiting start's status each time it changes, until `until` is set."""
         shown = None
         while not until.is_set():
+            # the future first: a change while this status is on its way is not missed
+            if self._changed is None or self._changed.done():
+                self._changed = asyncio.get_running_loop().create_future()
+            changed = self._changed
             status = self.status(key)
             if status is not None and status != shown:
                 shown = status
                 yield status
-            if self._changed is None or self._changed.done():
-                self._changed = asyncio.get_running_loop().create_future()
             reserved = asyncio.ensure_future(until.wait())
-            either: list[asyncio.Future[Any]] = [self._changed, reserved]
+            either: list[asyncio.Future[Any]] = [changed, reserved]
             try:
                 await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
             finally:
@@ -326,7 +370,7 @@ class Line:
                     arrived=w.arrived,
                     gives_up_at=entry.deadline,
                     waiting_for="quota" if entry.quota else "gpus",
-                    kept_for=key == self._reserving,
+                    kept_for=key in self._reserving,
                 )
             )
         return rows

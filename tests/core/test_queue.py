@@ -10,8 +10,13 @@ from gpuspawner.core.usage import HOUR, UsageRecord, decayed_gpu_hours
 DAY = 24 * HOUR
 
 
-def waiting(key, gpus=1, arrived=0.0, priority=0, user_id=None, group="g"):
-    return Waiting(key, key if user_id is None else user_id, group, priority, gpus, arrived)
+def waiting(key, gpus=1, arrived=0.0, priority=0, user_id=None, group="g", patient=True):
+    user = key if user_id is None else user_id
+    return Waiting(key, user, group, priority, gpus, arrived, patient)
+
+
+def starts(line, fits, now, **policy):
+    return [w.key for w in starting_now(line, fits, now, **policy).starting]
 
 
 @pytest.mark.parametrize(
@@ -37,7 +42,7 @@ def capacity(free: int):
 
 
 @pytest.mark.parametrize(
-    ("free", "now", "line", "starts"),
+    ("free", "now", "line", "starts_now"),
     [
         # backfill: the 4-GPU head does not fit yet, the 1-GPU request behind it starts
         (2, 60, [waiting(1, 4), waiting(2, 1)], [2]),
@@ -49,10 +54,14 @@ def capacity(free: int):
         (2, 900, [waiting(1, 1), waiting(2, 4), waiting(3, 1)], [1]),
         # a CPU-sized request (0 GPUs) always fits
         (0, 0, [waiting(1, 0)], [1]),
+        # a newcomer sorted ahead of a long waiter does not switch its reservation off
+        (2, 600, [waiting(1, 4, arrived=590), waiting(2, 4), waiting(3, 1)], []),
+        # a start that may not wait never reserves, however long the policy's wait
+        (2, 600, [waiting(1, 4, patient=False), waiting(2, 1)], [2]),
     ],
 )
-def test_who_starts_now(free, now, line, starts):
-    assert [w.key for w in starting_now(line, capacity(free), now)] == starts
+def test_who_starts_now(free, now, line, starts_now):
+    assert starts(line, capacity(free), now) == starts_now
 
 
 def test_recent_use_decays_with_its_half_life():
@@ -83,16 +92,15 @@ def simulate(total: int, big: int, stream: list[tuple[float, float]], reserve_af
             line.append(waiting(len(line) + 1000, 1, arrived=arrived, user_id=-int(duration)))
         free = total - sum(gpus for _, gpus in running)
         ordered = in_order(line, {})
-        for start in starting_now(ordered, capacity(free), now, reserve_after):
+        chosen = starting_now(ordered, capacity(free), now, reserve_after)
+        for start in chosen.starting:
             line.remove(start)
             duration = 600.0 if start.key == 0 else float(-start.user_id)
             running.append((now + duration, start.gpus))
             if start.key == 0:
                 started_big = now
         free = total - sum(gpus for _, gpus in running)
-        head = in_order(line, {})[0] if line else None
-        reserving = head is not None and now - head.arrived >= reserve_after
-        if not reserving and any(w.gpus <= free for w in line):
+        if not chosen.reserved and any(w.gpus <= free for w in line):
             idle_while_waiting.append(now)
         if started_big is not None and not line:
             break
@@ -123,7 +131,7 @@ def capacity_with_quota(free: int, held: set[int]):
 
 
 @pytest.mark.parametrize(
-    ("free", "now", "line", "held", "starts"),
+    ("free", "now", "line", "held", "starts_now"),
     [
         # a quota-held head that has waited long reserves nothing: the one behind it starts
         (2, 900, [waiting(1, 1), waiting(2, 1)], {1}, [2]),
@@ -133,9 +141,8 @@ def capacity_with_quota(free: int, held: set[int]):
         (4, 0, [waiting(1, 1), waiting(2, 2)], {1, 2}, []),
     ],
 )
-def test_a_request_over_its_groups_quota_is_passed_over(free, now, line, held, starts):
-    chosen = starting_now(line, capacity_with_quota(free, held), now)
-    assert [w.key for w in chosen] == starts
+def test_a_request_over_its_groups_quota_is_passed_over(free, now, line, held, starts_now):
+    assert starts(line, capacity_with_quota(free, held), now) == starts_now
 
 
 @settings(max_examples=200, deadline=None)
@@ -152,6 +159,25 @@ def test_held_requests_change_nothing_for_the_others(requests, free, now):
     line = [waiting(i, gpus, arrived=arrived) for i, (gpus, arrived, _) in enumerate(requests)]
     held = {i for i, (_, _, is_held) in enumerate(requests) if is_held}
     ordered = in_order(line, {})
-    with_held = starting_now(ordered, capacity_with_quota(free, held), now)
-    without = starting_now([w for w in ordered if w.key not in held], capacity(free), now)
+    with_held = starts(ordered, capacity_with_quota(free, held), now)
+    without = starts([w for w in ordered if w.key not in held], capacity(free), now)
     assert with_held == without
+
+
+def test_a_reservation_holds_back_only_what_competes_with_it():
+    """Odd keys ask for MIG instances, even keys for whole GPUs (one unit of each is free):
+    a MIG head that has waited long keeps MIG instances for itself, not whole GPUs."""
+    free = {"mig": 1, "gpu": 1}
+    kind = {1: "mig", 2: "gpu", 3: "mig", 4: "gpu"}
+
+    def fits(w, starting):
+        taken = sum(s.gpus for s in starting if kind[s.key] == kind[w.key])
+        return w.gpus + taken <= free[kind[w.key]]
+
+    line = [waiting(1, 2), waiting(2, 1), waiting(3, 1), waiting(4, 1)]
+    same_kind = lambda a, b: kind[a.key] == kind[b.key]  # noqa: E731
+    chosen = starting_now(line, fits, 600, competes=same_kind)
+    assert [w.key for w in chosen.starting] == [2]  # the whole GPU goes; MIG 3 waits behind 1
+    assert [w.key for w in chosen.reserved] == [1, 4]  # 4 keeps the next whole GPU
+    # where everything competes (one kind of unit), nothing behind the head starts
+    assert starts(line, fits, 600) == []

@@ -273,3 +273,70 @@ async def test_a_slice_waits_for_a_slice_and_is_told_so():
     grant = await asyncio.wait_for(waiter, 10)
     assert grant.ids == slices[0].ids and grant.weight == Fraction(3, 7)
     broker.executor.shutdown(wait=False)
+
+
+async def test_a_slice_waiting_long_keeps_slices_not_whole_gpus():
+    """A MIG start that has waited reserve_after keeps MIG instances for itself; a whole-GPU
+    start behind it still gets a free whole GPU, which the slice could never use."""
+    host = [
+        {"model": "NVIDIA H100 80GB HBM3", "memory": "80G", "count": 2},
+        {"model": "NVIDIA A100-SXM4-80GB", "memory": "80G", "mig": ["3g.40gb"] * 2},
+    ]
+    settings = GPUSettings(simulated_host=host, group_limits=LIMITS)
+    broker = Broker(GPUSite.from_config(settings), GoneEngine(), "jupyter", LOG, reserve_after=0)
+    slice_ = Request(mig_profile="3g.40gb")
+    await start(broker, 1, "researchers")
+    for key in (2, 3):
+        await start(broker, key, "researchers", request=slice_)
+    head = start(broker, 4, "researchers", request=slice_)
+    await settle()
+    assert [s.kept_for for s in broker.line.standings()] == [True]
+    grant = await asyncio.wait_for(start(broker, 5, "researchers"), 5)
+    assert grant.units[0].kind.value == "gpu" and not head.done()
+    head.cancel()
+    broker.executor.shutdown(wait=False)
+
+
+async def test_a_line_that_cannot_write_itself_down_still_works(broker):
+    """A full disk costs the notice after a restart, never a start: the line goes on."""
+    broker.line.record.close()  # every write now fails with sqlite3.ProgrammingError
+    held = await fill(broker)
+    waiter = start(broker, 1, "researchers")
+    await settle()
+    assert waiting_keys(broker) == [1]
+    broker.release_when_gone(held[0].key)
+    assert (await asyncio.wait_for(waiter, 10)).uuids == held[0].uuids
+    assert waiting_keys(broker) == []
+    broker.line.record = None  # closed already: nothing for the fixture to close
+
+
+async def test_a_change_while_the_page_is_being_told_is_not_missed(broker):
+    await fill(broker)
+    start(broker, 1, "vip"), start(broker, 2, "researchers")
+    await settle()
+    reserved, seen = asyncio.Event(), []
+    watching = broker.line.watch(2, reserved)
+    seen.append(await anext(watching))  # the page has its first status, and is sending it
+    broker.line.remove(1)  # the line moves before the page asks again
+    seen.append(await asyncio.wait_for(anext(watching), 1))
+    assert [t.split(" — ")[1][:20] for t in seen] == [
+        "you are 2nd in line ",
+        "you are 1st in line ",
+    ]
+    reserved.set()
+
+
+async def test_at_shutdown_the_line_starts_nobody_and_keeps_its_record(broker):
+    """JupyterHub's shutdown stops servers (cleanup_servers) and then cancels every task: a
+    GPU freed then must not start a waiter, and the record must outlive the cancel."""
+    held = await fill(broker)
+    waiter = start(broker, 1, "researchers")
+    await settle()
+    broker.line.shut_down()
+    broker.release_when_gone(held[0].key)
+    assert await asyncio.wait_for(broker.settled(held[0].key), 10)
+    assert not waiter.done() and broker.pool.free_count() == 1
+    waiter.cancel()
+    await settle()
+    [kept] = LineRecord(broker.ledger.path).take_all()
+    assert kept.spawner_id == 1 and kept.asks_for == "1 GPU"

@@ -223,9 +223,24 @@ def test_a_hub_restart_ends_each_waiting_start_with_a_notice(hub: Hub):
     assert in_line(hub) == [] and hub.server_model("lena") is None
     assert {user: hub.held_by(user) for user in held} == held
     page = hub.login("lena").get(f"{hub.url}/hub/spawn/lena").text
-    assert "The start of your default server ended at " in page
+    assert "The start of your default server ended when the hub restarted (it was back at " in page
     assert "it was waiting in line for 1 GPU (profile &#39;1 GPU&#39;) since" in page
-    assert "when the hub restarted, and a restart ends every waiting start." in page
+    assert ", and a restart ends every waiting start." in page
     notices = hub.api("GET", "/users/lena/stop-notices").json()["notices"]
     assert [n["server"] for n in notices] == [""]
     assert "lena was waiting in line for 1 GPU when the hub stopped" in hub.log()
+
+
+def test_a_graceful_restart_also_ends_each_wait_with_a_notice_and_starts_nobody(hub: Hub):
+    """SIGTERM, as systemd stops a hub: JupyterHub stops every server (cleanup_servers), then
+    cancels the waiting starts. The GPUs freed meanwhile start nobody, and the line's record
+    outlives the cancel, so lena is told as after a kill -9."""
+    assert hub.spawn("lena", profile="gpu-1").status_code == 202
+    hub.wait_for(lambda: in_line(hub) == ["lena"], what="lena in line")
+    hub.stop()
+    assert "lena's turn" not in hub.log()
+    assert not [c for c in hub.containers(all=True) if c.labels.get("gpuspawner.user") == "lena"]
+    hub.start()
+    assert hub.pool()["free"] == 4 and in_line(hub) == []
+    page = hub.login("lena").get(f"{hub.url}/hub/spawn/lena").text
+    assert "The start of your default server ended when the hub restarted" in page
