@@ -9,6 +9,8 @@ Limits count GPU-equivalents (`units.Unit.weight`): a whole GPU 1, a MIG
 instance its share of its GPU's compute slices, a shared GPU's slot 1/slots.
 On a pool of whole GPUs that is simply the number of GPUs; a refusal that
 involves a fraction says how it counted.
+
+GPU-hour budgets are resolved here too (`Budgets`); `budgets` does their arithmetic.
 """
 
 from __future__ import annotations
@@ -22,12 +24,15 @@ from typing import Any
 from .errors import LimitsConfigError
 from .pool import Usage
 from .schema import known_keys_only
-from .words import COUNTING, DEFAULT_GROUP, amount, count_gpus, from_group
+from .words import COUNTING, DEFAULT_GROUP, amount, count_gpus, from_group, members
 
 COUNT_KEYS = ("max_gpus_per_server", "max_gpus_per_user", "max_gpus_group")
 DURATION_KEYS = ("gpu_idle_timeout", "idle_timeout", "cpu_idle_timeout", "max_age")
 # The waiting line's keys. Unset (None) is 0 for both: no waiting, no precedence.
 LINE_KEYS = ("max_wait", "priority")
+HOURS_KEYS = ("gpu_hours_per_week", "gpu_hours_per_week_group")
+FLAG_KEYS = ("stop_over_budget",)
+GROUP_OWN_KEYS = ("max_gpus_group", "gpu_hours_per_week_group")  # never from default_limits
 
 
 class LimitExceeded(Exception):
@@ -52,6 +57,9 @@ class Limits:
     max_age: float | None = None
     max_wait: float | None = None  # seconds a start may wait in line for GPUs; 0: refuse at once
     priority: int | None = None  # higher goes first in the waiting line
+    gpu_hours_per_week: float | None = None
+    gpu_hours_per_week_group: float | None = None
+    stop_over_budget: bool = False
 
 
 LIMIT_KEYS = tuple(f.name for f in fields(Limits))
@@ -66,6 +74,25 @@ class Limited:
 
 
 @dataclass(frozen=True)
+class Budgets:
+    """A user's GPU-hours per rolling week, resolved from their groups like every limit.
+
+    `per_user`: the most generous `gpu_hours_per_week` of their groups.
+    `groups`: each of their groups' own `gpu_hours_per_week_group` (what all its members
+    may use together); empty where one of their groups has none, as with quotas.
+    `stop`: stop their running GPU servers once over, only if every group says so.
+    """
+
+    per_user: Limited = Limited(None, None)
+    groups: Mapping[str, float] = field(default_factory=dict)
+    stop: bool = False
+
+    @property
+    def any(self) -> bool:
+        return self.per_user.value is not None or bool(self.groups)
+
+
+@dataclass(frozen=True)
 class UserLimits:
     max_gpus_per_server: Limited
     max_gpus_per_user: Limited
@@ -74,6 +101,7 @@ class UserLimits:
     durations: Mapping[str, Limited] = field(default_factory=dict)
     max_wait: Limited = Limited(0.0, None)  # seconds; 0: a start that cannot be served is refused
     priority: Limited = Limited(0, None)  # and the group the user waits as
+    budgets: Budgets = field(default_factory=Budgets)
 
     def may_pick(self, slug: str) -> bool:
         return self.profiles.value is None or slug in self.profiles.value
@@ -121,7 +149,7 @@ class UserLimits:
         held = usage.by_group[roomiest]
         if held + gpus > quota:
             raise LimitExceeded(
-                f"{_members(roomiest)} already hold {amount(held)} of their "
+                f"{members(roomiest)} already hold {amount(held)} of their "
                 f"{count_gpus(quota)} (max_gpus_group{from_group(roomiest)}); "
                 f"this profile asks for {amount(gpus)} more. "
                 "Try again when a group member's server stops, or pick CPU only."
@@ -166,7 +194,7 @@ class LimitsTable:
         """One user's limits: the most generous of their groups'.
 
         An admin (unless `limit_admins`) may take any number of GPUs and any
-        profile; culling limits apply to admins as to everyone in their groups.
+        profile, with no budget; culling limits apply to admins as to everyone in their groups.
         """
         listed = {g: self.groups[g] for g in sorted(set(groups)) if g in self.groups}
         if not listed:
@@ -195,6 +223,14 @@ class LimitsTable:
         if all(lim.profiles is not None for lim in listed.values()):
             allowed = frozenset().union(*(lim.profiles or () for lim in listed.values()))
             profiles = Limited(allowed, ", ".join(listed))
+        group_hours = {n: lim.gpu_hours_per_week_group for n, lim in listed.items()}
+        budgets = Budgets(
+            most_generous("gpu_hours_per_week"),
+            {n: h for n, h in group_hours.items() if h is not None}
+            if None not in group_hours.values()
+            else {},
+            all(lim.stop_over_budget for lim in listed.values()),
+        )
         return UserLimits(
             max_gpus_per_server=most_generous("max_gpus_per_server"),
             max_gpus_per_user=most_generous("max_gpus_per_user"),
@@ -203,6 +239,7 @@ class LimitsTable:
             durations=durations,
             max_wait=wait,
             priority=priority,
+            budgets=budgets,
         )
 
 
@@ -221,7 +258,7 @@ def _parse_limits(
     values: dict[str, Any] = {}
     for key, value in raw.items():
         if value is None:
-            values[key] = None
+            values[key] = False if key in FLAG_KEYS else None
         elif key in COUNT_KEYS:
             values[key] = _count(value, f"{where}[{key!r}]")
         elif key in DURATION_KEYS:
@@ -230,12 +267,16 @@ def _parse_limits(
             values[key] = _wait(value, f"{where}[{key!r}]")
         elif key == "priority":
             values[key] = _priority(value, f"{where}[{key!r}]")
+        elif key in HOURS_KEYS:
+            values[key] = _hours(value, f"{where}[{key!r}]")
+        elif key in FLAG_KEYS:
+            values[key] = _flag(value, f"{where}[{key!r}]")
         else:
             values[key] = _profiles(value, f"{where}[{key!r}]", profile_slugs)
     if default is not None:
-        # A group's quota is its own; every other key falls back to the default.
+        # A group's quota and group budget are its own; every other key falls back to the default.
         inherited = {
-            k: getattr(default, k) for k in LIMIT_KEYS if k not in raw and k != "max_gpus_group"
+            k: getattr(default, k) for k in LIMIT_KEYS if k not in raw and k not in GROUP_OWN_KEYS
         }
         values = {**inherited, **values}
     return Limits(**values)
@@ -268,11 +309,26 @@ def _wait(value: Any, where: str) -> float:
     return float(value)
 
 
+def _hours(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < math.inf:
+        raise LimitsConfigError(
+            f"c.GPUSpawner.{where} must be a number of GPU-hours ≥ 0 (such as 40 or 12.5) "
+            f"or None, got {value!r}"
+        )
+    return float(value)
+
+
 def _priority(value: Any, where: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise LimitsConfigError(
             f"c.GPUSpawner.{where} must be a whole number (higher goes first), got {value!r}"
         )
+    return value
+
+
+def _flag(value: Any, where: str) -> bool:
+    if not isinstance(value, bool):
+        raise LimitsConfigError(f"c.GPUSpawner.{where} must be True or False, got {value!r}")
     return value
 
 
@@ -287,7 +343,3 @@ def _profiles(value: Any, where: str, known: Collection[str]) -> frozenset[str]:
             f"profiles are: {', '.join(sorted(known))}"
         )
     return slugs
-
-
-def _members(group: str) -> str:
-    return "Users in no listed group" if group == DEFAULT_GROUP else f"Members of group {group}"

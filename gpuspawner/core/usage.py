@@ -9,14 +9,16 @@ and reports need:
   factor decays past usage (`PriorityDecayHalfLife`, 7 days by default): a
   GPU-hour used a half-life ago counts half;
 - GPU-hours in a rolling window (`gpu_hours_between`), for budgets;
-- held and busy hours per user or group (`totals`), for reports.
+- held and busy hours per user or group in a window (`totals`, `report`), for reports.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+
+from .words import NO_GROUP
 
 HOUR = 3600.0
 DEFAULT_HALF_LIFE = 7 * 24 * HOUR
@@ -81,17 +83,55 @@ class Totals:
         """Busy over held; None when nothing was held."""
         return self.busy_gpu_hours / self.held_gpu_hours if self.held_gpu_hours else None
 
+    def __add__(self, other: Totals) -> Totals:
+        return Totals(
+            self.held_gpu_hours + other.held_gpu_hours, self.busy_gpu_hours + other.busy_gpu_hours
+        )
+
 
 def totals(
-    records: Iterable[UsageRecord], now: float, by: Callable[[UsageRecord], str]
+    records: Iterable[UsageRecord],
+    now: float,
+    by: Callable[[UsageRecord], str],
+    since: float | None = None,
 ) -> dict[str, Totals]:
-    """Held and busy GPU-hours per key (`by`: a record's user, or its group)."""
+    """Held and busy GPU-hours per key (`by`: a record's user, or its group), of the time
+    from `since` (None: each record's start) to `now`.
+
+    The ledger keeps one busy figure per grant, not a busy moment by moment, so a grant
+    only partly in the window counts the same share of its busy time.
+    """
     found: dict[str, Totals] = {}
     for record in records:
+        whole = record.held_seconds(now)
+        start = record.start if since is None else max(record.start, since)
+        end = min(record.end if record.end is not None else now, now)
+        inside = max(0.0, end - start)
+        if not inside:
+            continue
+        busy = min(record.busy_seconds, whole) * inside / whole
         key = by(record)
-        was = found.get(key, Totals())
-        found[key] = Totals(
-            was.held_gpu_hours + record.gpus * record.held_seconds(now) / HOUR,
-            was.busy_gpu_hours + record.gpus * record.busy_seconds / HOUR,
+        found[key] = found.get(key, Totals()) + Totals(
+            record.gpus * inside / HOUR, record.gpus * busy / HOUR
         )
     return found
+
+
+REPORT_BY = ("user", "group")
+
+
+def report(
+    records: Sequence[UsageRecord], since: float, now: float, by: str
+) -> list[tuple[str, Totals]]:
+    """What `gpuspawner usage` and the admin page show: held and busy GPU-hours from `since`
+    to `now` per user (by id, under the name of their latest grant: a renamed user is one
+    row) or per quota group charged (NO_GROUP for none), most held first."""
+    if by not in REPORT_BY:
+        raise ValueError(f"a usage report is by {' or '.join(REPORT_BY)}, not {by!r}")
+    if by == "user":
+        names = {r.user_id: r.user for r in sorted(records, key=lambda r: r.start)}
+        per_id = totals(records, now, lambda r: str(r.user_id), since)
+        rows = [(names[int(key)], found) for key, found in per_id.items()]
+    else:
+        rows = list(totals(records, now, lambda r: r.group or NO_GROUP, since).items())
+    return sorted(rows, key=lambda row: (-row[1].held_gpu_hours, row[0]))

@@ -6,10 +6,12 @@ notices, logs, pages and the command line; each is spelled here once.
 
 from __future__ import annotations
 
+import math
 from datetime import UTC, datetime
 from fractions import Fraction
 
 DEFAULT_GROUP = "default_limits"
+NO_GROUP = "(none)"  # a grant charged to no quota group, in reports and metrics
 
 
 def server_name(user: str, server: str) -> str:
@@ -79,11 +81,22 @@ def at_clock(moment: float, now: float) -> str:
     return when.strftime("%H:%M UTC" if abs(moment - now) < 20 * 3600 else "%Y-%m-%d %H:%M UTC")
 
 
+def gpu_hours(hours: float) -> str:
+    """ "12.5", "39.96", "40": GPU-hours to two decimals, rounded down, so a budget reads as
+    used up only once it is."""
+    return f"{math.floor(hours * 100 + 1e-9) / 100:g}"
+
+
 def from_group(group: str | None) -> str:
     """ " of group students" / " from default_limits": where a limit came from."""
     if group == DEFAULT_GROUP:
         return " from default_limits"
     return f" of group {group}" if group else ""
+
+
+def members(group: str) -> str:
+    """ "Members of group students" / "Users in no listed group": a group, as its members."""
+    return "Users in no listed group" if group == DEFAULT_GROUP else f"Members of group {group}"
 
 
 def quoted(text: str, limit: int = 40) -> str:
