@@ -44,6 +44,7 @@ class Seen:
     reach: Reach  # the GPUs it can reach, however it asked for them
     server: ServerLabels | None = None  # gpuspawner's labels, when present and readable
     label_problem: str | None = None  # gpuspawner's labels present but unreadable: why
+    finished_at: float | None = None  # a stopped container: when it stopped, as Docker says
 
 
 class Engine(Protocol):

@@ -201,15 +201,27 @@ def seen(inspected: Mapping[str, Any], default_runtime: str = "runc") -> Seen:
         server = read_labels(config_labels)
     except ValueError as error:
         problem = str(error)
+    state = inspected.get("State") or {}
+    running = bool(state.get("Running"))
     return Seen(
         id=inspected["Id"],
         name=inspected["Name"].lstrip("/"),
         image=str((inspected.get("Config") or {}).get("Image", "")),
-        running=bool((inspected.get("State") or {}).get("Running")),
+        running=running,
         reach=reach(inspected, default_runtime),
         server=server,
         label_problem=problem,
+        finished_at=None if running else _moment(state.get("FinishedAt")),
     )
+
+
+def _moment(text: Any) -> float | None:
+    """Docker's "2026-11-30T14:02:03.123456789Z" as seconds; None for its "never" (year 1)."""
+    try:
+        when = datetime.fromisoformat(str(text))
+    except ValueError:
+        return None
+    return when.timestamp() if when.year > 1 else None
 
 
 class DockerEngine:

@@ -30,6 +30,7 @@ from ..core.pool import GONE, Admission, AlreadyHolding, Grant, Holder
 from ..core.queue import DEFAULT_RESERVE_AFTER
 from ..core.units import Kind, Request, Unit
 from ..core.usage import DEFAULT_HALF_LIFE, decayed_gpu_hours
+from ..core.words import at_clock
 from ..engine.base import Engine, Seen
 from ..records.ledger import Ledger
 from ..records.waiting import LineRecord
@@ -182,15 +183,32 @@ class Broker:
             )
         self.note_containers(containers, {})
         if self.ledger is not None:
-            for grant in self.pool.grants():
-                self.ledger.opened(grant, float(grant.weight))
-            for record in self.ledger.close_all_but(g.key for g in self.pool.grants()):
-                self.log.info(
-                    "gpuspawner: %s's grant of %s GPU(s) ended while the hub was away; "
-                    "recorded as ending when the hub last saw it",
-                    record.user,
-                    f"{record.gpus:g}",
-                )
+            self._recover_ledger(self.ledger, containers)
+
+    def _recover_ledger(self, ledger: Ledger, containers: list[Seen]) -> None:
+        """Grants that ended while the hub was away end when Docker says their container
+        stopped (else when the hub last saw them); those that go on keep their row, and the
+        time away counts as held, not as busy: nobody watched it."""
+        for grant in self.pool.grants():
+            ledger.opened(grant, float(grant.weight))
+        stopped_at: dict[int, float] = {}
+        for container in containers:
+            labels = container.server
+            if container.finished_at is None or labels is None or not labels.spawner_id:
+                continue
+            if self.is_ours(container):
+                key = labels.spawner_id
+                stopped_at[key] = max(stopped_at.get(key, 0.0), container.finished_at)
+        running = [g.key for g in self.pool.grants()]
+        for record in ledger.close_all_but(running, stopped_at):
+            self.log.info(
+                "gpuspawner: %s's grant of %s GPU(s) ended while the hub was away; recorded as "
+                "ending at %s",
+                record.user,
+                f"{record.gpus:g}",
+                at_clock(record.end or 0.0, self.clock()),
+            )
+        ledger.seen(self.clock(), {})
 
     def _held_by(self, container: Seen) -> list[str]:
         """The units a running server of ours holds: those its labels name that its device

@@ -14,6 +14,7 @@ GPU-hours from here, and `gpuspawner usage` reports from here.
 
 from __future__ import annotations
 
+import errno
 import sqlite3
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -38,13 +39,22 @@ CREATE TABLE IF NOT EXISTS grants (
 CREATE INDEX IF NOT EXISTS grants_by_end ON grants (end);
 """
 COLUMNS = "user_id, user, server, quota_group, gpus, start, end, busy_seconds"
+SAME_START = 1.0  # seconds: container labels keep a grant's start to the millisecond
 
 
 class Ledger:
     """The ledger file. Used from the hub's event loop only; each call is one transaction."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, *, read_only: bool = False) -> None:
+        """The hub's ledger at `path`, made if missing; `read_only`, for the admin tools: an
+        existing file (else FileNotFoundError), never written, whether or not the hub runs."""
         self.path = Path(path)
+        if read_only:
+            if not self.path.is_file():
+                raise FileNotFoundError(errno.ENOENT, "no usage ledger", str(self.path))
+            uri = f"{self.path.resolve().as_uri()}?mode=ro"
+            self._db = sqlite3.connect(uri, uri=True, isolation_level=None)
+            return
         self._db = sqlite3.connect(self.path, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.executescript(SCHEMA)
@@ -53,23 +63,40 @@ class Ledger:
         self._db.close()
 
     def opened(self, grant: Grant, gpus: float) -> None:
-        """A grant began (or, after a restart, goes on): one row per server and start."""
+        """A grant began, or after a restart goes on: one row per server and start.
+
+        An adopted grant's start is read back from its container's labels, to the
+        millisecond, so the open row of the same server and (within a second) the same
+        start is that grant's; an open row of another start is a grant that ended unseen.
+        """
         holder = grant.holder
-        self._db.execute(
-            "INSERT OR IGNORE INTO grants "
-            "(spawner_id, user_id, user, server, quota_group, gpus, start, last_seen) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                holder.spawner_id,
-                holder.user_id,
-                holder.user,
-                holder.server,
-                grant.quota_group,
-                gpus,
-                grant.since,
-                grant.since,
-            ),
-        )
+        with self._db:
+            self._db.execute("BEGIN")
+            open_rows = self._db.execute(
+                "SELECT start FROM grants WHERE spawner_id = ? AND end IS NULL",
+                (holder.spawner_id,),
+            ).fetchall()
+            if any(abs(start - grant.since) < SAME_START for (start,) in open_rows):
+                return
+            self._db.execute(
+                "UPDATE grants SET end = last_seen WHERE spawner_id = ? AND end IS NULL",
+                (holder.spawner_id,),
+            )
+            self._db.execute(
+                "INSERT OR IGNORE INTO grants "
+                "(spawner_id, user_id, user, server, quota_group, gpus, start, last_seen) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    holder.spawner_id,
+                    holder.user_id,
+                    holder.user,
+                    holder.server,
+                    grant.quota_group,
+                    gpus,
+                    grant.since,
+                    grant.since,
+                ),
+            )
 
     def ended(self, spawner_id: int, at: float) -> None:
         """A grant's GPUs went back to the pool at `at`."""
@@ -91,24 +118,31 @@ class Ledger:
             )
             self._db.execute("UPDATE grants SET last_seen = ? WHERE end IS NULL", (now,))
 
-    def close_all_but(self, running: Iterable[int]) -> list[UsageRecord]:
-        """At hub start: grants whose server no longer runs end when the hub last saw them.
-        Returns them, as closed."""
-        keep = set(running)
+    def close_all_but(
+        self, running: Iterable[int], stopped_at: Mapping[int, float] | None = None
+    ) -> list[UsageRecord]:
+        """At hub start: grants whose server no longer runs end when Docker says its container
+        stopped (`stopped_at`, by server), else when the hub last saw them. Returns them, as
+        closed."""
+        keep, stopped_at = set(running), stopped_at or {}
         with self._db:
             self._db.execute("BEGIN")
             rows = self._db.execute(
                 f"SELECT spawner_id, {COLUMNS}, last_seen FROM grants WHERE end IS NULL"
             ).fetchall()
-            gone = [row for row in rows if row[0] not in keep]
+            gone = []
+            for key, user_id, user, server, group, gpus, start, _, busy, last_seen in rows:
+                if key in keep:
+                    continue
+                end = stopped_at.get(key, last_seen)
+                end = end if end >= start else last_seen  # a stop before it began: not its own
+                record = UsageRecord(user_id, user, server, group, gpus, start, end, busy)
+                gone.append((key, record))
             self._db.executemany(
-                "UPDATE grants SET end = last_seen WHERE spawner_id = ? AND end IS NULL",
-                [(row[0],) for row in gone],
+                "UPDATE grants SET end = ?, last_seen = ? WHERE spawner_id = ? AND end IS NULL",
+                [(record.end, record.end, key) for key, record in gone],
             )
-        return [
-            UsageRecord(user_id, user, server, group, gpus, start, last_seen, busy)
-            for _, user_id, user, server, group, gpus, start, _, busy, last_seen in gone
-        ]
+        return [record for _, record in gone]
 
     def records(self, since: float) -> list[UsageRecord]:
         """Every grant held at any time since `since` (open ones included)."""

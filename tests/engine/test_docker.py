@@ -160,6 +160,21 @@ def test_our_servers_are_read_back_from_labels_and_device_requests():
 
 
 @pytest.mark.parametrize(
+    ("state", "finished_at"),
+    [
+        ({"Running": False, "FinishedAt": "2026-11-30T14:02:03.123456789Z"}, 1796047323.123456),
+        ({"Running": False, "FinishedAt": "0001-01-01T00:00:00Z"}, None),  # never ran
+        ({"Running": False}, None),
+        ({"Running": True, "FinishedAt": "2026-11-30T14:02:03Z"}, None),  # ran again since
+    ],
+)
+def test_a_stopped_container_says_when_it_stopped(state, finished_at):
+    """What the ledger's recovery ends a grant with, where the hub was away when it stopped."""
+    container = {**inspected(engine.labels(GPU_GRANT, HUB)), "State": state}
+    assert engine.seen(container).finished_at == finished_at
+
+
+@pytest.mark.parametrize(
     ("bad", "problem"),
     [
         ({"gpuspawner.since": "yesterday"}, "could not convert"),

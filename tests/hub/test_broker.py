@@ -7,12 +7,15 @@ engine (tests/hub/test_inprocess.py) and on the real stack (tests/stack).
 
 import logging
 
+import pytest
+
 from gpuspawner.config.settings import GPUSettings
 from gpuspawner.config.site import GPUSite
 from gpuspawner.core.pool import DeviceState, Grant, Holder
 from gpuspawner.core.units import bare
 from gpuspawner.engine import docker as engine
 from gpuspawner.hub.broker import Broker, KnownServers
+from gpuspawner.records.ledger import Ledger
 
 LOG = logging.getLogger("test")
 HUB = "jupyter"
@@ -161,3 +164,52 @@ def test_monitoring_containers_the_admin_names_keep_nothing_out():
     assert broker.pool.free_count() == 2
     broker.note_containers([foreign("train", "all")], {})
     assert broker.pool.free_count() == 0
+
+
+def test_recovery_keeps_the_ledger_through_a_hub_crash(tmp_path):
+    """An adopted grant goes on in its row, without the time away counted as busy; a grant
+    whose container stopped meanwhile ends when Docker says it did."""
+    clock = [1000.123456]
+    path = tmp_path / "usage.sqlite"
+    site = GPUSite.from_config(GPUSettings(simulate_gpus=4))
+
+    def hub() -> Broker:
+        ledger = Ledger(path)
+        return Broker(
+            site, engine.DockerEngine(None), HUB, LOG, clock=lambda: clock[0], ledger=ledger
+        )
+
+    def container(grant, name: str, **state) -> object:
+        return engine.seen(
+            {
+                "Id": name,
+                "Name": f"/{name}",
+                "Config": {"Labels": engine.labels(grant, HUB)},
+                "State": state,
+                "HostConfig": {"DeviceRequests": engine.device_requests(grant.uuids)},
+            }
+        )
+
+    before = hub()
+    ann = before.reserve(ANN, 2, admit=lambda usage, weight: None)
+    bob = before.reserve(BOB, 1, admit=lambda usage, weight: None)
+    clock[0] += 60
+    before.ledger.seen(clock[0], {ANN.spawner_id: True, BOB.spawner_id: True})  # then kill -9
+    clock[0] += 540
+    after = hub()
+    stopped_at = "1970-01-01T00:20:00.000000001Z"  # 1200 s, as Docker writes it
+    after.recover(
+        [
+            container(ann, "jupyter-ann", Running=True),
+            container(bob, "jupyter-bob--train", Running=False, FinishedAt=stopped_at),
+        ],
+        known(ANN),
+    )
+    clock[0] += 10
+    after.ledger.seen(clock[0], {ANN.spawner_id: True})
+    records = after.ledger.records(since=0)
+    by_user = {r.user: r for r in records}
+    assert len(records) == 2
+    assert by_user["ann"].end is None
+    assert by_user["ann"].busy_seconds == pytest.approx(70)  # 60 + 10; not the 540 away
+    assert by_user["bob"].end == 1200.0  # when Docker says its container stopped

@@ -74,3 +74,30 @@ def test_records_are_those_held_at_any_time_in_the_window(path):
     ledger.ended(BOB.spawner_id, 300)
     assert [r.user for r in ledger.records(since=200)] == ["bob"]
     assert [r.user for r in ledger.records(since=0)] == ["ann", "bob"]
+
+
+def test_a_grant_adopted_from_its_labels_goes_on_in_its_own_row(path):
+    """Container labels keep the start to the millisecond: still the same grant."""
+    ledger = Ledger(path)
+    ledger.opened(grant(since=1000.123456), gpus=2)
+    ledger.seen(1100, {ANN.spawner_id: True})
+    restarted = Ledger(path)
+    restarted.opened(grant(since=1000.123), gpus=2)
+    restarted.ended(ANN.spawner_id, 1200)
+    [record] = restarted.records(since=0)
+    assert (record.start, record.end) == (1000.123456, 1200)
+    assert record.busy_seconds == pytest.approx(100 - 0.123456)
+
+
+def test_recovery_ends_a_grant_when_docker_says_its_container_stopped(path):
+    ledger = Ledger(path)
+    ledger.opened(grant(ANN), gpus=2)
+    ledger.opened(grant(BOB, uuids=("GPU-c",), group=None), gpus=1)
+    ledger.seen(1500, {})
+    stopped_at = {ANN.spawner_id: 1700.0, BOB.spawner_id: 900.0}  # bob's: an older container
+    closed = Ledger(path).close_all_but(running=[], stopped_at=stopped_at)
+    assert sorted((r.user, r.end) for r in closed) == [("ann", 1700), ("bob", 1500)]
+    assert sorted((r.user, r.end) for r in ledger.records(since=0)) == [
+        ("ann", 1700),
+        ("bob", 1500),
+    ]
