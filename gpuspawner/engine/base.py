@@ -54,6 +54,11 @@ class Engine(Protocol):
         """Every container that is a gpuspawner server (in any state) or runs reaching a GPU."""
         ...
 
+    def stopped_since(self, hub: str, since: float) -> dict[int, float]:
+        """When the hub's servers' containers stopped (died) from `since` until now, by
+        spawner id, as far as the engine remembers; {} where it cannot say."""
+        ...
+
     def remove_server(self, hub: str, spawner_id: int, container_ids: tuple[str, ...] = ()) -> bool:
         """Force-remove every container of one of our servers (by its labels, and the
         `container_ids` known to be its); True once Docker confirms none is left."""

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import logging
+import time
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -275,6 +276,26 @@ class DockerEngine:
                 error,
             )
             return False
+
+    def stopped_since(self, hub: str, since: float) -> dict[int, float]:
+        """When the hub's servers' containers stopped from `since` until now, by server, as
+        Docker's event log says (the only record of a container removed as it exits). The
+        log is Docker's memory of recent events: what it no longer holds is not found."""
+        filters = {"type": "container", "event": "die", "label": f"{LABEL_HUB}={hub}"}
+        found: dict[int, float] = {}
+        try:
+            events = self.client.events(
+                since=int(since), until=int(time.time()) + 1, filters=filters, decode=True
+            )
+            for event in events:
+                attributes = (event.get("Actor") or {}).get("Attributes") or {}
+                key = str(attributes.get(LABEL_SPAWNER_ID, ""))
+                moment = float(event.get("timeNano") or 0) / 1e9 or float(event.get("time") or 0)
+                if key.isdigit() and moment:
+                    found[int(key)] = max(found.get(int(key), 0.0), moment)
+        except Exception as error:  # no answer: recovery falls back to the hub's last look
+            log.warning("gpuspawner: could not read Docker's events: %s", error)
+        return found
 
     def _exists(self, container_id: str) -> bool:
         try:

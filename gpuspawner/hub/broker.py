@@ -135,7 +135,12 @@ class Broker:
         self.executor.shutdown(wait=False, cancel_futures=True)
 
     # --- recovery -------------------------------------------------------------
-    def recover(self, containers: list[Seen], known: KnownServers) -> None:
+    def recover(
+        self,
+        containers: list[Seen],
+        known: KnownServers,
+        stopped_at: Mapping[int, float] | None = None,
+    ) -> None:
         """At hub start: adopt the GPUs of our running servers, and keep everyone else's out.
 
         A container whose labels do not parse, a server the database does not
@@ -143,7 +148,9 @@ class Broker:
         adopted: one log line each names the container, and its GPUs stay out
         of the pool as used outside JupyterHub for as long as it runs.
         Adoption happens only here: later, a periodic adoption could
-        resurrect a server that just stopped.
+        resurrect a server that just stopped. `stopped_at`: when Docker says
+        servers' containers stopped while the hub was away (its event log), for
+        the usage ledger.
         """
         for container in containers:
             if container.label_problem:
@@ -183,24 +190,26 @@ class Broker:
             )
         self.note_containers(containers, {})
         if self.ledger is not None:
-            self._recover_ledger(self.ledger, containers)
+            self._recover_ledger(self.ledger, containers, stopped_at or {})
 
-    def _recover_ledger(self, ledger: Ledger, containers: list[Seen]) -> None:
+    def _recover_ledger(
+        self, ledger: Ledger, containers: list[Seen], stopped_at: Mapping[int, float]
+    ) -> None:
         """Grants that ended while the hub was away end when Docker says their container
         stopped (else when the hub last saw them); those that go on keep their row, and the
         time away counts as held, not as busy: nobody watched it."""
         for grant in self.pool.grants():
             ledger.opened(grant, float(grant.weight))
-        stopped_at: dict[int, float] = {}
+        stopped = dict(stopped_at)
         for container in containers:
             labels = container.server
             if container.finished_at is None or labels is None or not labels.spawner_id:
                 continue
             if self.is_ours(container):
                 key = labels.spawner_id
-                stopped_at[key] = max(stopped_at.get(key, 0.0), container.finished_at)
+                stopped[key] = max(stopped.get(key, 0.0), container.finished_at)
         running = [g.key for g in self.pool.grants()]
-        for record in ledger.close_all_but(running, stopped_at):
+        for record in ledger.close_all_but(running, stopped):
             self.log.info(
                 "gpuspawner: %s's grant of %s GPU(s) ended while the hub was away; recorded as "
                 "ending at %s",

@@ -119,7 +119,7 @@ async def start_broker(app: Any, spawner_class: Any = None) -> Broker:
     _end_previous_line(app, broker)
     started = time.perf_counter()
     containers = await _blocking(broker, engine.containers)
-    broker.recover(containers, _known_servers(app.db))
+    broker.recover(containers, _known_servers(app.db), await _stopped_meanwhile(broker))
     app.log.info(
         "gpuspawner: books rebuilt from %d container(s) in %.3f s",
         len(containers),
@@ -158,6 +158,16 @@ def _process_owners(site: GPUSite) -> Owners:
     if isinstance(site.source, SimulatedSource):
         return site.source.process_owners
     return processes.owners
+
+
+async def _stopped_meanwhile(broker: Broker) -> dict[int, float]:
+    """When Docker says servers stopped since the ledger last saw them running (a minute's
+    margin: a container may die just before the hub's last look), for the ledger's recovery."""
+    since = broker.ledger.last_seen_open() if broker.ledger is not None else None
+    if since is None:
+        return {}
+    stops = functools.partial(broker.engine.stopped_since, broker.hub, since - 60)
+    return await _blocking(broker, stops)
 
 
 async def _blocking(broker: Broker, call: Any) -> Any:

@@ -144,6 +144,13 @@ class Ledger:
             )
         return [record for _, record in gone]
 
+    def last_seen_open(self) -> float | None:
+        """The earliest moment an open grant was last seen: since when, at hub start, grants
+        may have ended unseen. None when no grant is open."""
+        query = "SELECT min(last_seen) FROM grants WHERE end IS NULL"
+        (found,) = self._db.execute(query).fetchone()
+        return None if found is None else float(found)
+
     def records(self, since: float) -> list[UsageRecord]:
         """Every grant held at any time since `since` (open ones included)."""
         return self._select("end IS NULL OR end >= ?", (since,))

@@ -101,3 +101,14 @@ def test_recovery_ends_a_grant_when_docker_says_its_container_stopped(path):
         ("ann", 1700),
         ("bob", 1500),
     ]
+
+
+def test_recovery_asks_docker_about_stops_since_the_oldest_last_look_at_an_open_grant(path):
+    ledger = Ledger(path)
+    assert ledger.last_seen_open() is None  # nothing open: nothing to ask
+    ledger.opened(grant(ANN, since=1000), gpus=2)
+    ledger.seen(1500, {})
+    ledger.opened(grant(BOB, since=1600, uuids=("GPU-c",)), gpus=1)
+    assert ledger.last_seen_open() == 1500  # ann's last look; bob's (1600) is later
+    ledger.ended(ANN.spawner_id, 1700)
+    assert ledger.last_seen_open() == 1600
