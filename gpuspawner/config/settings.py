@@ -285,12 +285,19 @@ class GPUSettings(HasTraits):
         1/slots), `profiles` (slugs the group may pick), the culling timeouts,
         and for the waiting line `max_wait` (seconds a start may wait for GPUs;
         0, the default, refuses at once) and `priority` (higher goes first;
-        default 0). A key left
-        out takes its value from `default_limits`. A user in several groups
+        default 0), and GPU-hour budgets over the last 7 days (rolling):
+        `gpu_hours_per_week` (each member), `gpu_hours_per_week_group` (all
+        members together) and `stop_over_budget` (True: stop a running GPU
+        server once over; by default a budget only refuses new GPU starts, and
+        CPU-only profiles stay open). GPU-hours count GPU-equivalents held: a
+        1/7 MIG instance held an hour is 1/7 GPU-hour. A key left out takes its
+        value from `default_limits` (but `max_gpus_group` and
+        `gpu_hours_per_week_group` are a group's own). A user in several groups
         gets the most generous value of each. Example::
 
             c.GPUSpawner.group_limits = {
-                "students": {"max_gpus_per_user": 1, "max_gpus_group": 4},
+                "students": {"max_gpus_per_user": 1, "max_gpus_group": 4,
+                             "gpu_hours_per_week": 40},
                 "researchers": {"max_gpus_per_user": 4},
             }
         """,
@@ -299,8 +306,8 @@ class GPUSettings(HasTraits):
         config=True,
         help="""Limits for users in no group listed in `group_limits`, and the
         defaults for keys a listed group leaves out. Same keys as
-        `group_limits`; `max_gpus_group` here caps all users in no listed group
-        together. Empty: unlimited.
+        `group_limits`; `max_gpus_group` and `gpu_hours_per_week_group` here cap
+        all users in no listed group together. Empty: unlimited.
         """,
     )
     limit_admins = Bool(

@@ -111,11 +111,15 @@ class Spent:
     def words(self) -> str:
         """What the form says: "You used 12.5 of your 40 GPU-hours in the last 7 days
         (gpu_hours_per_week of group students)."."""
+        phrase = self.phrase()
+        return f"{phrase[0].upper()}{phrase[1:]}."
+
+    def phrase(self) -> str:
         if self.key == PER_USER:
-            who = f"You used {gpu_hours(self.used)} of your"
+            who = f"you used {gpu_hours(self.used)} of your"
         else:
-            who = f"{members(self.group or '')} used {gpu_hours(self.used)} of their"
-        return f"{who} {self.budget:g} GPU-hours {IN_THE_WINDOW} ({self.source})."
+            who = f"{members(self.group or '').lower()} used {gpu_hours(self.used)} of their"
+        return f"{who} {self.budget:g} GPU-hours {IN_THE_WINDOW} ({self.source})"
 
 
 @dataclass(frozen=True)
@@ -134,6 +138,17 @@ class Standing:
         if self.groups and all(g.used_up for g in self.groups):
             found.append(min(self.groups, key=lambda g: _later(g.frees_at)))
         return found
+
+    def stop_reason(self) -> str | None:
+        """Why a running GPU server stops, where the admin set `stop_over_budget`; None if its
+        user is not over budget (a start would not be refused)."""
+        blocking = self.blocking()
+        if not blocking:
+            return None
+        return (
+            f"{' and '.join(spent.phrase() for spent in blocking)}, and GPU servers over "
+            "budget stop (stop_over_budget)"
+        )
 
     def refusal(self, now: float) -> BudgetExceeded | None:
         """Why a GPU start is refused at `now`, in words a user can act on; None if it is not."""

@@ -132,12 +132,19 @@ def profile_rows(
     pool: Pool,
     previous: str | None,
     waiting: Mapping[str, int] | None = None,
+    over_budget: str = "",
 ) -> list[ProfileRow]:
     """The profiles this user may pick, each startable or with its reason; how many wait for
     each. Where the user may wait in line (max_wait), a full pool or quota greys nothing out:
-    the row says they would wait instead."""
+    the row says they would wait instead. `over_budget`: why no GPU profile may start now (a
+    used-up GPU-hour budget), if so; waiting cannot change that."""
     visible = [p for p in profiles if limits.may_pick(p.slug)]
-    blocked = {p.slug: _blocked(p, limits, user_id, pool) for p in visible}
+    blocked = {
+        p.slug: (over_budget, False)
+        if over_budget and p.request.kind is not None
+        else _blocked(p, limits, user_id, pool)
+        for p in visible
+    }
     max_wait = limits.max_wait
     notes = {
         slug: f"{reason} You would wait in line, at most {duration(max_wait.value)} "

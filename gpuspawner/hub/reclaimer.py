@@ -3,7 +3,8 @@
 A monitor listener. For every server holding GPUs, each tick: a busy GPU
 counts as activity (the same fields the hub's activity API sets, written
 in-process, so jupyterhub-idle-culler spares a training run that prints
-nothing), and a server over its `max_age` or `gpu_idle_timeout` is stopped
+nothing), and a server over its `max_age` or `gpu_idle_timeout` (or over its
+user's GPU-hour budget, where the admin set `stop_over_budget`) is stopped
 through the hub, with a notice its user reads on the next spawn page (their files
 are kept, and they may go on without the GPUs).
 A stop that fails is tried again on the next tick. Servers are found by the
@@ -24,6 +25,7 @@ from jupyterhub.utils import utcnow
 
 from ..core.culling import Verdict, decide
 from ..core.pool import Grant
+from . import budgets
 from .broker import Broker
 from .monitor import Observation
 
@@ -54,7 +56,7 @@ class Reclaimer:
 
     def _verdict(self, user: Any, grant: Grant, now: float) -> Verdict | None:
         limits = self.broker.site.limits.for_user({g.name for g in user.groups}, bool(user.admin))
-        return decide(
+        verdict = decide(
             grant.key,
             grant.weight,
             grant.since,
@@ -62,6 +64,11 @@ class Reclaimer:
             limits.durations,
             now,
         )
+        if verdict is None and grant.uuids and limits.budgets.stop:
+            standing = budgets.standing_of(self.broker, self.app.db, user.id, limits)
+            reason = standing.stop_reason()
+            verdict = Verdict(grant.key, reason) if reason else None
+        return verdict
 
     def _record_activity(self, user: Any, server: str) -> None:
         orm_spawner = user.orm_user.orm_spawners.get(server)

@@ -37,7 +37,7 @@ from ..core.units import units_in_words
 from ..core.words import duration, from_group, your_server
 from ..engine import storage
 from ..engine.docker import isolate
-from . import form, notices, startup
+from . import budgets, form, notices, startup
 from .broker import Broker, BrokerNotRunning
 from .metrics import ALLOCATION_SECONDS, SPAWNS_REFUSED
 from .waiting import WaitEnded
@@ -164,6 +164,7 @@ class GPUSpawner(GPUSettings, DockerSpawner):
         pool = self.broker.pool
         units = pool.units
         limits = self._user_limits()
+        budget = budgets.standing_of(self.broker, self.user.db, self.user.id, limits)
         return form.render(
             self.form_template_paths,
             free=pool.free_count(),
@@ -177,8 +178,10 @@ class GPUSpawner(GPUSettings, DockerSpawner):
                 pool,
                 self._preselected(),
                 self.broker.line.waiting_by_profile(),
+                over_budget=str(budget.refusal(self.broker.clock()) or ""),
             ),
             holdings=form.holdings(limits, self.user.id, pool),
+            budget=budget.words(),
             images=self._images_offered(),
             notices=notices.rows(
                 notices.stop_notices(
@@ -251,8 +254,21 @@ class GPUSpawner(GPUSettings, DockerSpawner):
                 raise _failed(str(ended), ended.reason, 409) from None
             raise _refused(str(ended), ended.reason, 409) from None
 
+    def _check_budget(self, profile: Profile) -> None:
+        """A GPU start with a used-up GPU-hour budget is refused before anything is reserved,
+        and without a place in the waiting line: waiting gives no budget back (use leaves the
+        window by the hour, not when a GPU frees up). CPU-only profiles are never refused."""
+        if profile.request.kind is None:
+            return
+        limits = self._user_limits()
+        standing = budgets.standing_of(self.broker, self.user.db, self.user.id, limits)
+        refusal = standing.refusal(self.broker.clock())
+        if refusal is not None:
+            raise _refused(str(refusal), "budget", 403)
+
     async def start(self) -> Any:
         profile = self._chosen_profile()
+        self._check_budget(profile)
         if not await self.broker.settled(self.orm_spawner.id):
             raise _refused(
                 f"The container of {your_server(self.name)} has not been confirmed gone yet, so "

@@ -41,6 +41,29 @@ def test_the_previous_choice_is_preselected_when_it_can_start():
     assert rows["gpu-2"].checked and not rows["gpu-1"].checked
 
 
+def test_a_used_up_budget_greys_out_every_gpu_profile_and_leaves_cpu_chosen():
+    """Even for a user who may wait in line: waiting would not give budget back."""
+    pool = Pool([whole(g) for g in GPUS])
+    pool.allocate(Holder(9, BOB, "bob"), 4)
+    table = LimitsTable.parse({}, {"max_wait": 600}, [p.slug for p in PROFILES])
+    rows = form.profile_rows(
+        PROFILES, table.for_user(set()), ANN, pool, "gpu-1", over_budget="Used."
+    )
+    assert {row.slug: (row.reason, row.note) for row in rows} == {
+        "cpu": ("", ""),
+        "gpu-1": ("Used.", ""),
+        "gpu-2": ("Used.", ""),
+        "gpu-4": ("Used.", ""),
+    }
+    assert [row.slug for row in rows if row.checked] == ["cpu"]
+
+
+def test_the_budget_lines_are_shown_escaped():
+    html = form.render([], free=4, total=4, rows=[], budget=["You used <b>1</b> of your 2."])
+    assert 'data-testid="budget">You used &lt;b&gt;1&lt;/b&gt; of your 2.</p>' in html
+    assert 'data-testid="budget"' not in form.render([], free=4, total=4, rows=[])
+
+
 def test_holdings_name_the_users_servers():
     pool = Pool([whole(g) for g in GPUS])
     grant = pool.allocate(Holder(1, ANN, "ann", "train"), 1)

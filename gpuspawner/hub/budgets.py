@@ -1,0 +1,55 @@
+"""GPU-hour budgets inside the hub: the ledger's last week and the groups' members now, handed
+to the core's arithmetic (`core.budgets`).
+
+A start asks before it reserves anything (a used-up budget refuses it with 403 and leaves
+nothing allocated); the form shows each user where they stand; the reclaimer stops servers
+over budget only where the admin set `stop_over_budget`. Who is in a group is read from
+the hub's database at that moment, so a group budget follows its members.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable
+from typing import Any
+
+from jupyterhub import orm
+
+from ..core.budgets import WEEK, Standing, standing
+from ..core.limits import UserLimits
+from ..core.usage import UsageRecord
+from ..core.words import DEFAULT_GROUP
+from .broker import Broker
+
+
+def standing_of(broker: Broker, db: Any, user_id: int, limits: UserLimits) -> Standing:
+    """Where one user stands against each budget that applies to them, now."""
+    budgets = limits.budgets
+    if not budgets.any:
+        return Standing()
+    now = broker.clock()
+    members = group_members(db, budgets.groups, broker.site.limits.groups)
+    return standing(budgets, user_id, members, last_week(broker, now), now)
+
+
+def last_week(broker: Broker, now: float) -> list[UsageRecord]:
+    """Every grant held at any time in the week up to `now`, from the usage ledger."""
+    return broker.ledger.records(since=now - WEEK) if broker.ledger is not None else []
+
+
+def group_members(
+    db: Any, groups: Iterable[str], listed: Collection[str]
+) -> dict[str, frozenset[int]]:
+    """The user ids of each group now. For `default_limits`: users in no group that
+    `group_limits` lists (whose group budget they share, as they share its quota)."""
+    found: dict[str, frozenset[int]] = {}
+    for name in groups:
+        if name == DEFAULT_GROUP:
+            found[name] = frozenset(
+                user.id
+                for user in db.query(orm.User)
+                if not any(group.name in listed for group in user.groups)
+            )
+            continue
+        group = orm.Group.find(db, name)
+        found[name] = frozenset(user.id for user in (group.users if group is not None else ()))
+    return found
