@@ -74,6 +74,40 @@ def build_parser() -> argparse.ArgumentParser:
         "with --yes). Back it up first: this deletes the user's files",
     )
     cleanup.add_argument("--yes", action="store_true", help="remove them; without it, only list")
+
+    usage = commands.add_parser(
+        "usage",
+        help="GPU-hours held and busy per user or group, from the usage ledger",
+        description="GPU-hours held, GPU-hours busy and busy over held, per user or per quota "
+        "group charged, from the hub's usage ledger (read-only; works while the hub is down). "
+        "Columns of csv and json: user or group, held_gpu_hours, busy_gpu_hours, busy_ratio.",
+    )
+    _config_file(usage, ", for its usage_ledger_file")
+    usage.add_argument(
+        "--ledger",
+        type=Path,
+        metavar="PATH",
+        help="the usage ledger file (default: the config's c.GPUSpawner.usage_ledger_file, "
+        "relative to this directory as it is to the hub's: run this in the hub's working "
+        "directory, or name the file)",
+    )
+    usage.add_argument(
+        "--since",
+        default="7d",
+        metavar="WHEN",
+        help="from when: a time before now (7d, 24h, 90m, 2w) or a date or time in UTC "
+        "(2026-11-01, 2026-11-01T08:00); default 7d",
+    )
+    usage.add_argument(
+        "--by",
+        choices=("user", "group"),
+        default="user",
+        help="one row per user (default) or "
+        "per quota group charged ((none) for grants charged to none)",
+    )
+    usage.add_argument(
+        "--format", choices=("table", "csv", "json"), default="table", help="default: table"
+    )
     return parser
 
 

@@ -135,3 +135,22 @@ def report(
     else:
         rows = list(totals(records, now, lambda r: r.group or NO_GROUP, since).items())
     return sorted(rows, key=lambda row: (-row[1].held_gpu_hours, row[0]))
+
+
+REPORT_COLUMNS = ("held_gpu_hours", "busy_gpu_hours", "busy_ratio")
+
+
+def report_rows(
+    records: Sequence[UsageRecord], since: float, now: float, by: str
+) -> list[dict[str, str | float | None]]:
+    """`report` as rows of named columns, for CSV, JSON and the admin page alike: `by`'s name
+    ("user" or "group"), then REPORT_COLUMNS (busy_ratio None where nothing was held)."""
+    return [
+        {
+            by: name,
+            "held_gpu_hours": round(found.held_gpu_hours, 6),
+            "busy_gpu_hours": round(found.busy_gpu_hours, 6),
+            "busy_ratio": None if found.busy_share is None else round(found.busy_share, 4),
+        }
+        for name, found in report(records, since, now, by)
+    ]

@@ -21,15 +21,18 @@ from prometheus_client.registry import Collector
 
 from ..core.pool import DeviceState
 from ..core.units import Kind
+from ..core.words import NO_GROUP
 from .broker import Broker, BrokerNotRunning
+from .monitor import Observation
 
 SPAWNS_REFUSED = Counter(
     "gpuspawner_spawns_refused_total",
     "Spawns refused before a container was made, by reason: capacity (not enough free "
-    "GPUs), limit (a group limit), invalid_options (bad user_options).",
+    "GPUs), limit (a group limit), budget (a used-up GPU-hour budget), invalid_options (bad "
+    "user_options).",
     ["reason"],
 )
-for _reason in ("capacity", "limit", "invalid_options"):
+for _reason in ("capacity", "limit", "budget", "invalid_options"):
     SPAWNS_REFUSED.labels(_reason)  # at zero from the start, so rate() sees the first one
 
 ALLOCATION_SECONDS = Histogram(
@@ -55,8 +58,20 @@ def observe_wait(outcome: str, seconds: float) -> None:
     WAIT_SECONDS.labels(outcome).observe(seconds)
 
 
+GPU_SECONDS_HELD = Counter(
+    "gpuspawner_gpu_seconds_held",
+    "GPU-seconds held by servers, by the quota group charged, counted each monitor tick "
+    "(GPU-equivalents × seconds; stopping servers included until Docker confirms them gone).",
+    ["group"],
+)
+GPU_SECONDS_BUSY = Counter(
+    "gpuspawner_gpu_seconds_busy",
+    "Of the GPU-seconds held, those whose GPUs the monitor judged busy, by the quota group "
+    "charged. Busy over held is how much of what people hold they use.",
+    ["group"],
+)
+
 GPU_LABELS = ["uuid", "index", "model"]
-NO_GROUP = "(none)"
 
 
 class PoolCollector(Collector):
@@ -202,6 +217,34 @@ class LineCollector(Collector):
         for group, count in sorted(broker.line.waiting_by_group().items()):
             waiting.add_metric([group], count)
         yield waiting
+
+
+class UsageCounters:
+    """A monitor listener: each tick adds the GPU-seconds every grant held since the last
+    tick, and its busy ones where the tick judged its GPUs busy (as the usage ledger counts).
+
+    A grant seen first counts from its start or from this hub's start, whichever is later:
+    counters begin at zero with each hub process.
+    """
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.started = broker.clock()
+        self._counted: dict[int, float] = {}  # grant key → counted up to
+
+    def __call__(self, observation: Observation) -> None:
+        now = self.broker.clock()
+        counted, self._counted = self._counted, {}
+        for grant in self.broker.pool.grants():
+            since = counted.get(grant.key, max(grant.since, self.started))
+            self._counted[grant.key] = now
+            seconds = float(grant.weight) * max(0.0, now - since)
+            if not seconds:
+                continue
+            group = grant.quota_group or NO_GROUP
+            GPU_SECONDS_HELD.labels(group).inc(seconds)
+            if observation.busy.get(grant.key):
+                GPU_SECONDS_BUSY.labels(group).inc(seconds)
 
 
 _registered = False

@@ -1,6 +1,6 @@
-"""The hub's GPU pages: the pool for admins, in JupyterHub's UI and as JSON for scripts; and
-for each user, as JSON, why their servers were stopped and how to go on (the spawn page
-shows the same)."""
+"""The hub's GPU pages: the pool and the last 7 days' use for admins, in JupyterHub's UI and
+as JSON for scripts; and for each user, as JSON, why their servers were stopped and how to go
+on (the spawn page shows the same)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from tornado import web
 from ..core.pool import Grant
 from . import notices
 from .broker import Broker
-from .report import HolderNow, as_labelled, pool_report
+from .report import HolderNow, as_labelled, pool_report, usage_report
 
 TEMPLATES = str(Path(__file__).with_name("templates"))
 
@@ -27,7 +27,8 @@ class PoolReport:
     """What both pages show: the report, each holder as the hub's database names it now."""
 
     def report(self: Any) -> dict[str, Any]:
-        return pool_report(Broker.current(), self._holder_now)
+        broker = Broker.current()
+        return {**pool_report(broker, self._holder_now), "usage": usage_report(broker)}
 
     def _holder_now(self: Any, grant: Grant) -> HolderNow:
         spawner = self.db.get(orm.Spawner, grant.holder.spawner_id)

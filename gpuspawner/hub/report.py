@@ -1,5 +1,6 @@
 """The pool as admins and scripts see it: one row per unit (a whole GPU, a MIG instance,
-a shared GPU's slot), with its holder.
+a shared GPU's slot), with its holder; and what each user and group held and used in the
+last 7 days.
 
 Plain data for the admin page and its JSON twin. A row's `uuid` is what Docker
 gives its holder (a GPU's or MIG instance's UUID); `unit` is the books' key,
@@ -15,8 +16,11 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from ..core.budgets import WEEK
 from ..core.pool import DeviceState, Grant
 from ..core.units import Kind
+from ..core.usage import report_rows
+from . import budgets
 from .broker import Broker
 
 
@@ -105,6 +109,19 @@ def waiting_report(broker: Broker) -> list[dict[str, Any]]:
         row["waited_seconds"] = round(broker.clock() - standing.arrived, 1)
         rows.append(row)
     return rows
+
+
+def usage_report(broker: Broker) -> dict[str, Any]:
+    """GPU-hours held and busy in the last 7 days, by quota group and by user, from the usage
+    ledger: the same figures as `gpuspawner usage --since 7d`."""
+    now = broker.clock()
+    records = budgets.last_week(broker, now)
+    return {
+        "since": _iso(datetime.fromtimestamp(now - WEEK, UTC)),
+        "until": _iso(datetime.fromtimestamp(now, UTC)),
+        "by_group": report_rows(records, now - WEEK, now, "group"),
+        "by_user": report_rows(records, now - WEEK, now, "user"),
+    }
 
 
 def _iso(moment: datetime | None) -> str | None:

@@ -9,7 +9,7 @@ from gpuspawner.admin.cli import build_parser, main
 
 def test_each_subcommand_runs_the_module_of_its_name():
     parser = build_parser()
-    for command in ("doctor", "status", "cleanup", "homes"):
+    for command in ("doctor", "status", "cleanup", "homes", "usage"):
         assert parser.parse_args([command]).command == command
     args = parser.parse_args(["cleanup", "--delete-home", "h1", "--delete-home", "h2", "--yes"])
     assert (args.delete_home, args.db_url, args.config) == (["h1", "h2"], "", None)
@@ -19,6 +19,8 @@ def test_each_subcommand_runs_the_module_of_its_name():
     assert (args.label, args.yes, args.prefix) == (["a=1", "b"], True, "")
     args = parser.parse_args(["status", "-f", "hub.py", "--simulate", "4"])
     assert (str(args.config), args.simulate, args.simulated_load) == ("hub.py", 4, "")
+    args = parser.parse_args(["usage"])
+    assert (args.since, args.by, args.format, args.ledger) == ("7d", "user", "table", None)
 
 
 @pytest.mark.parametrize("value", ["-1", "four"])

@@ -36,6 +36,8 @@ GPUSPAWNER_METRICS = {
         ]
     ),
     "gpuspawner_spawns_refused_total",
+    "gpuspawner_gpu_seconds_held_total",
+    "gpuspawner_gpu_seconds_busy_total",
     *(f"gpuspawner_allocation_duration_seconds_{s}" for s in ("bucket", "sum", "count")),
 }
 SUFFIXES = {"counter": ["_total"], "histogram": ["_bucket", "_sum", "_count"]}
@@ -49,7 +51,7 @@ JUPYTERHUB_METRICS = {
 KNOWN_METRICS = GPUSPAWNER_METRICS | JUPYTERHUB_METRICS
 LABEL_VALUES = {
     "state": {"free", "allocated", "unhealthy", "external", "excluded"},
-    "reason": {"capacity", "limit", "invalid_options"},
+    "reason": {"capacity", "limit", "budget", "invalid_options"},
     "status": {"success", "failure", "error"},
     "period": {"24h", "7d", "30d"},
 }

@@ -23,6 +23,7 @@ def modules_after(code: str) -> set[str]:
     [
         "import gpuspawner.core.pool, gpuspawner.core.limits, gpuspawner.core.profiles",
         "import gpuspawner.core.placement, gpuspawner.core.reach, gpuspawner.core.culling",
+        "import gpuspawner.core.budgets, gpuspawner.core.usage",
         # what jupyterhub-idle-culler's process loads for its hook
         "from gpuspawner.core.culling import idle_arbiter",
         "import gpuspawner",
@@ -40,6 +41,10 @@ def test_the_command_lines_help_loads_no_hub_and_no_docker():
         "    main(['--help'])"
     )
     assert not modules_after(code) & {"jupyterhub", "dockerspawner", "docker", "pynvml"}
+
+
+def test_the_usage_report_loads_no_hub_unless_it_reads_a_config():
+    assert not modules_after("import gpuspawner.admin.usage") & {"jupyterhub", "docker"}
 
 
 def test_the_spawner_is_still_there_for_jupyterhub():

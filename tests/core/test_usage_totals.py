@@ -30,7 +30,7 @@ def test_by_group_is_the_quota_group_charged():
 
 
 def test_a_grant_partly_in_the_window_counts_that_share_of_its_busy_time():
-    [(_user, found)] = report(RECORDS[:1], NOW - 8 * HOUR, NOW, "user")
+    [(_, found)] = report(RECORDS[:1], NOW - 8 * HOUR, NOW, "user")
     assert found == Totals(held_gpu_hours=4.0, busy_gpu_hours=3.0)  # half its 4 h, half busy
 
 

@@ -1,0 +1,58 @@
+"""Prometheus' GPU-seconds held and busy by group, counted from the monitor's ticks."""
+
+import logging
+
+from prometheus_client import REGISTRY
+
+from gpuspawner.config.settings import GPUSettings
+from gpuspawner.config.site import GPUSite
+from gpuspawner.core.pool import Holder
+from gpuspawner.core.units import Request
+from gpuspawner.engine import docker as engine
+from gpuspawner.hub.broker import Broker
+from gpuspawner.hub.metrics import UsageCounters
+from gpuspawner.hub.monitor import Observation
+
+
+def counted(kind: str, group: str) -> float:
+    value = REGISTRY.get_sample_value(f"gpuspawner_gpu_seconds_{kind}_total", {"group": group})
+    return value or 0.0
+
+
+def test_each_tick_adds_the_gpu_seconds_held_and_the_busy_ones_by_quota_group():
+    clock = [1000.0]
+    site = GPUSite.from_config(GPUSettings(simulate_gpus=4))
+    broker = Broker(
+        site, engine.DockerEngine(None), "hub", logging.getLogger("t"), clock=lambda: clock[0]
+    )
+    counters = UsageCounters(broker)
+    before = {(k, g): counted(k, g) for k in ("held", "busy") for g in ("class-a", "(none)")}
+    ann = broker.reserve(Holder(1, 10, "ann"), 2, admit=lambda usage, weight: "class-a")
+    bob = broker.reserve(Holder(2, 11, "bob"), 1, admit=lambda usage, weight: None)
+    broker.reserve(Holder(3, 12, "cid"), 0, admit=lambda usage, weight: None)  # CPU only: nothing
+    clock[0] = 1010.0
+    counters(Observation({}, [], busy={ann.key: True, bob.key: None}))
+    clock[0] = 1020.0
+    counters(Observation({}, [], busy={ann.key: False, bob.key: True}))
+
+    def delta(kind: str, group: str) -> float:
+        return counted(kind, group) - before[(kind, group)]
+
+    assert delta("held", "class-a") == 40  # 2 GPUs × 20 s
+    assert delta("busy", "class-a") == 20  # busy in the first tick only
+    assert delta("held", "(none)") == 20 and delta("busy", "(none)") == 10
+
+
+def test_a_shared_slot_counts_its_share_of_a_gpu():
+    """GPU-seconds are GPU-equivalents × seconds: a slot of a GPU shared by 4 counts 1/4."""
+    clock = [1000.0]
+    site = GPUSite.from_config(GPUSettings(simulate_gpus=1, shared_gpus={0: 4}))
+    broker = Broker(
+        site, engine.DockerEngine(None), "hub", logging.getLogger("t"), clock=lambda: clock[0]
+    )
+    counters = UsageCounters(broker)
+    before = counted("held", "slots")
+    slot = broker.reserve(Holder(1, 10, "ann"), Request(shared=True), admit=lambda u, w: "slots")
+    clock[0] = 1020.0
+    counters(Observation({}, [], busy={slot.key: True}))
+    assert counted("held", "slots") - before == 5
