@@ -313,3 +313,19 @@ def test_the_lease_names_each_unit_held_and_counts_its_share():
     assert unit.device != gpu(broker, 2)  # the instance's own UUID, not its GPU's
     assert body["summary"] == "1/7 GPU"
     assert body["profile"] == {"slug": "slice", "display_name": "Slice"}
+
+
+def test_gpu_hours_are_gpu_equivalent_hours_a_slice_an_hour_is_a_seventh(tmp_path):
+    """What budgets and reports count: a 1g.10gb instance of a 7-slice A100 held for an
+    hour is 1/7 GPU-hour; a slot of the L40S shared by 4, 1/4; an H100, 1."""
+    site = GPUSite.from_config(settings())
+    clock = [0.0]
+    ledger = Ledger(tmp_path / "usage.sqlite")
+    broker = Broker(
+        site, engine.DockerEngine(client=None), HUB, LOG, clock=lambda: clock[0], ledger=ledger
+    )
+    for holder, request in ((ANN, SLICE), (BOB, SLOT), (CAT, Request(gpus=1))):
+        broker.reserve(holder, request, admit=lambda usage, weight: None)
+    clock[0] = 3600.0
+    held = {r.user: r.gpus * r.held_seconds(clock[0]) / 3600 for r in ledger.records(since=0)}
+    assert held == pytest.approx({"ann": 1 / 7, "bob": 1 / 4, "cat": 1.0})
