@@ -37,6 +37,7 @@ class GPUConfig(Protocol):
     group_limits: dict[str, Any]
     default_limits: dict[str, Any]
     limit_admins: bool
+    usage_retention_days: float
 
 
 @dataclass
@@ -61,6 +62,7 @@ class GPUSite:
             config.default_limits,
             [p.slug for p in profiles],
             config.limit_admins,
+            config.usage_retention_days * 24 * 3600,
         )
         if config.placement not in PLACEMENT_POLICIES:
             raise ValueError(f"unknown placement policy {config.placement!r}")

@@ -30,10 +30,9 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from .limits import Budgets, LimitExceeded
-from .usage import HOUR, UsageRecord, gpu_hours_between
+from .usage import HOUR, WEEK, UsageRecord, gpu_hours_between
 from .words import at_clock, from_group, gpu_hours, members
 
-WEEK = 7 * 24 * HOUR
 IN_THE_WINDOW = "in the last 7 days"
 PER_USER, PER_GROUP = "gpu_hours_per_week", "gpu_hours_per_week_group"
 CPU_STAYS_OPEN = "CPU-only profiles stay open."

@@ -24,6 +24,7 @@ from typing import Any
 from .errors import LimitsConfigError
 from .pool import Usage
 from .schema import known_keys_only
+from .usage import WEEK
 from .words import COUNTING, DEFAULT_GROUP, amount, count_gpus, from_group, members
 
 COUNT_KEYS = ("max_gpus_per_server", "max_gpus_per_user", "max_gpus_group")
@@ -180,7 +181,10 @@ class LimitsTable:
         default_limits: Mapping[str, Any],
         profile_slugs: Collection[str],
         limit_admins: bool = False,
+        retention: float = math.inf,
     ) -> LimitsTable:
+        """Checked limits; `retention`: seconds the usage ledger keeps a grant, which must
+        cover the budgets' 7-day window, or budgets would forget use still in it."""
         if not isinstance(group_limits, Mapping):
             raise LimitsConfigError("c.GPUSpawner.group_limits must be a dict of group → limits")
         default = _parse_limits(default_limits, "default_limits", None, profile_slugs)
@@ -188,6 +192,10 @@ class LimitsTable:
             name: _parse_limits(raw, f"group_limits[{name!r}]", default, profile_slugs)
             for name, raw in group_limits.items()
         }
+        _check_retention(
+            {"default_limits": default, **{f"group_limits[{n!r}]": g for n, g in groups.items()}},
+            retention,
+        )
         return cls(groups, default, limit_admins)
 
     def for_user(self, groups: Iterable[str], admin: bool = False) -> UserLimits:
@@ -249,6 +257,21 @@ def _highest(listed: Mapping[str, Limits], key: str) -> Limited:
     values = [(getattr(lim, key) or 0, name) for name, lim in listed.items()]
     value, group = max(values, key=lambda v: v[0])
     return Limited(value, group)
+
+
+def _check_retention(sources: Mapping[str, Limits], retention: float) -> None:
+    budgeted = [
+        f"{where}[{key!r}]"
+        for where, limits in sources.items()
+        for key in HOURS_KEYS
+        if getattr(limits, key) is not None
+    ]
+    if budgeted and retention < WEEK:
+        raise LimitsConfigError(
+            f"c.GPUSpawner.{budgeted[0]} counts GPU-hours over the last 7 days, but the usage "
+            f"ledger keeps grants only {retention / 86400:g} days "
+            "(c.GPUSpawner.usage_retention_days): set it to 7 or more"
+        )
 
 
 def _parse_limits(

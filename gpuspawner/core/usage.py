@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from .words import NO_GROUP
 
 HOUR = 3600.0
-DEFAULT_HALF_LIFE = 7 * 24 * HOUR
+WEEK = 7 * 24 * HOUR  # the window of GPU-hour budgets and of the admin page's report
+DEFAULT_HALF_LIFE = WEEK
 
 
 @dataclass(frozen=True)

@@ -14,9 +14,9 @@ from typing import Any
 
 from jupyterhub import orm
 
-from ..core.budgets import WEEK, Standing, standing
+from ..core.budgets import Standing, standing
 from ..core.limits import UserLimits
-from ..core.usage import UsageRecord
+from ..core.usage import WEEK, UsageRecord
 from ..core.words import DEFAULT_GROUP
 from .broker import Broker
 

@@ -16,10 +16,9 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from ..core.budgets import WEEK
 from ..core.pool import DeviceState, Grant
 from ..core.units import Kind
-from ..core.usage import report_rows
+from ..core.usage import WEEK, report_rows
 from . import budgets
 from .broker import Broker
 

@@ -260,3 +260,17 @@ def test_malformed_budget_keys_name_the_group_and_key(key, value, message):
         table({"students": {key: value}})
     assert "group_limits['students']" in str(raised.value)
     assert message in str(raised.value)
+
+
+def test_a_ledger_that_forgets_sooner_than_the_budgets_window_stops_the_hub():
+    """Budgets would hand back GPU-hours still in the 7-day window."""
+    config = {"students": {"gpu_hours_per_week_group": 40}}
+    with pytest.raises(ValueError) as raised:
+        LimitsTable.parse(config, {}, ["cpu"], retention=3 * DAY)
+    assert str(raised.value) == (
+        "c.GPUSpawner.group_limits['students']['gpu_hours_per_week_group'] counts GPU-hours over "
+        "the last 7 days, but the usage ledger keeps grants only 3 days "
+        "(c.GPUSpawner.usage_retention_days): set it to 7 or more"
+    )
+    LimitsTable.parse(config, {}, ["cpu"], retention=WEEK)
+    LimitsTable.parse({"students": {"max_gpus_group": 4}}, {}, ["cpu"], retention=DAY)
