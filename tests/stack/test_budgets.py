@@ -27,7 +27,8 @@ c.GPUSpawner.profiles = [
     {{"display_name": "2 GPUs", "slug": "gpu-2", "gpus": 2}},
 ]
 c.GPUSpawner.group_limits = {{
-    "students": {{"gpu_hours_per_week": 0.01, "max_gpus_group": 4}},
+    # students may wait in line: a budget refusal must not wait all the same
+    "students": {{"gpu_hours_per_week": 0.01, "max_gpus_group": 4, "max_wait": 600}},
     "course": {{"gpu_hours_per_week_group": 0.01}},
     "strict": {{"gpu_hours_per_week": 0.01, "stop_over_budget": True}},
 }}
@@ -146,7 +147,8 @@ def test_a_student_over_budget_is_refused_with_the_message_and_can_still_start_c
     hub.stop_server("s1", "train")
 
     refused = hub.spawn("s1", profile="gpu-1")
-    assert refused.status_code == 403, refused.text
+    assert refused.status_code == 403, refused.text  # at once, not after waiting in line
+    assert hub.pool()["waiting"] == []
     message = refused.json()["message"]
     assert message.startswith("You used 0.01 of your 0.01 GPU-hours in the last 7 days")
     assert "GPU profiles can start again from" in message and "UTC" in message
