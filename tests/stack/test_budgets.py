@@ -13,7 +13,6 @@ import time
 
 import pytest
 from admintools import gpuspawner
-from prometheus_client.parser import text_string_to_metric_families
 from realhub import Hub
 
 CONFIG = """
@@ -69,16 +68,6 @@ def gpu_seconds(hub: Hub, user: str) -> float:
 
 def make_busy(load_file, uuids) -> None:
     load_file.write_text(json.dumps({u: {"utilization_percent": 90} for u in uuids}))
-
-
-def scrape(hub: Hub) -> dict[tuple[str, tuple], float]:
-    response = hub.api("GET", "/../metrics")
-    response.raise_for_status()
-    return {
-        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
-        for family in text_string_to_metric_families(response.text)
-        for sample in family.samples
-    }
 
 
 def test_a_hub_kill_9_in_the_middle_of_a_grant_loses_no_usage(hub: Hub, load_file):
@@ -154,7 +143,7 @@ def test_a_student_over_budget_is_refused_with_the_message_and_can_still_start_c
     assert "GPU profiles can start again from" in message and "UTC" in message
     assert message.endswith("CPU-only profiles stay open.")
     assert hub.server_model("s1") is None and hub.pool()["free"] == 4  # nothing allocated
-    assert scrape(hub)[("gpuspawner_spawns_refused_total", (("reason", "budget"),))] == 2
+    assert hub.metrics()[("gpuspawner_spawns_refused_total", (("reason", "budget"),))] == 2
 
     page = hub.login("s1").get(f"{hub.url}/hub/spawn/s1/next").text
     assert "You used 0.01 of your 0.01 GPU-hours in the last 7 days" in page
@@ -220,14 +209,14 @@ def test_the_admin_page_and_prometheus_show_the_same_use(hub: Hub, load_file):
 
     # Counters count from this hub process's start (the last restart), as Prometheus
     # counters do: s1's grants since then, and a busy one made here.
-    held = scrape(hub)[("gpuspawner_gpu_seconds_held_total", (("group", "students"),))]
+    held = hub.metrics()[("gpuspawner_gpu_seconds_held_total", (("group", "students"),))]
     assert 30 <= held <= by_group["students"]["held_gpu_hours"] * 3600 + 1
     hub.spawn_ready("trainer", profile="gpu-1")
     make_busy(load_file, hub.held_uuids("trainer"))
     busy = ("gpuspawner_gpu_seconds_busy_total", (("group", "(none)"),))
-    hub.wait_for(lambda: scrape(hub).get(busy, 0) > 0, what="busy GPU-seconds counted")
+    hub.wait_for(lambda: hub.metrics().get(busy, 0) > 0, what="busy GPU-seconds counted")
     load_file.write_text("{}")
     hub.stop_server("trainer")
-    metrics = scrape(hub)
+    metrics = hub.metrics()
     assert metrics[busy] <= metrics[("gpuspawner_gpu_seconds_held_total", (("group", "(none)"),))]
     assert not any("user" in dict(labels) for name, labels in metrics if "gpu_seconds" in name)
