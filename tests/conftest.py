@@ -7,7 +7,7 @@ from typing import Any
 import docker
 import pytest
 from browser import chromium
-from realhub import SESSION_PREFIXES, SESSION_PROXY_PORTS, Hub
+from realhub import SESSION_PREFIXES, SESSION_PROXY_PORTS, SESSION_WORKDIRS, Hub, processes_in
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -50,9 +50,16 @@ def load_file(tmp_path_factory: pytest.TempPathFactory):
     return path
 
 
+PROCESSES = ("proxy processes", "hub services")  # this session's by port or folder already
+
+
 def leftovers() -> dict[str, set[str]]:
-    """This session's proxies still running, and its containers, volumes and networks."""
-    found: dict[str, set[str]] = {"proxy processes": set()}
+    """This session's proxies and hub services still running, and its containers, volumes
+    and networks."""
+    found: dict[str, set[str]] = {
+        "proxy processes": set(),
+        "hub services": set(processes_in(SESSION_WORKDIRS).values()),
+    }
     for proc in Path("/proc").iterdir():
         try:
             command = (proc / "cmdline").read_bytes().split(b"\0")
@@ -77,9 +84,7 @@ def leftovers() -> dict[str, set[str]]:
         pass  # no Docker engine: a unit-test run
     prefixes = tuple(SESSION_PREFIXES)
     return {
-        kind: {
-            n for n in names if kind == "proxy processes" or (prefixes and n.startswith(prefixes))
-        }
+        kind: {n for n in names if kind in PROCESSES or (prefixes and n.startswith(prefixes))}
         for kind, names in found.items()
     }
 

@@ -36,6 +36,20 @@ PASSWORD = "test-password"
 # What this test session made, so its leftovers can be told from another run's (conftest.py).
 SESSION_PREFIXES: set[str] = set()
 SESSION_PROXY_PORTS: set[str] = set()
+SESSION_WORKDIRS: set[Path] = set()
+
+
+def processes_in(folders: set[Path]) -> dict[int, str]:
+    """Processes running in one of `folders` (pid → command line): a hub's managed services,
+    such as the idle culler, which JupyterHub starts in a session of their own."""
+    found = {}
+    for proc in Path("/proc").iterdir():
+        with contextlib.suppress(OSError, ValueError):
+            if proc.name.isdigit() and Path(os.readlink(proc / "cwd")) in folders:
+                found[int(proc.name)] = (
+                    (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+                )
+    return found
 
 
 def free_port() -> int:
@@ -127,6 +141,7 @@ class Hub:
         self.config_file.write_text(full)
         self.url = re.search(r'bind_url = "([^"]+)"', full).group(1)
         SESSION_PREFIXES.add(self.prefix)
+        SESSION_WORKDIRS.add(self.workdir.resolve())
         SESSION_PROXY_PORTS.add(re.search(r'api_url = "http://127.0.0.1:(\d+)"', full).group(1))
         self.log_file = self.workdir / "hub.log"
         self.docker = docker.from_env()
@@ -178,12 +193,16 @@ class Hub:
 
     def _reap(self) -> None:
         """Whatever the hub started goes with it, as systemd's KillMode=control-group does:
-        its session (a culler), and its proxy, which JupyterHub starts in a session of its
-        own and names in jupyterhub-proxy.pid. A proxy that outlives its hub holds a port."""
+        its session; its managed services (a culler), each in a session of its own and
+        running in the hub's folder; and its proxy, which JupyterHub starts in a session of
+        its own and names in jupyterhub-proxy.pid. A proxy that outlives its hub holds a port."""
         if self.process is None:
             return
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.process.pid, signal.SIGKILL)
+        for pid in processes_in({self.workdir.resolve()}):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
         pid_file = self.workdir / "jupyterhub-proxy.pid"
         with contextlib.suppress(OSError, ValueError):
             pid = int(pid_file.read_text())
