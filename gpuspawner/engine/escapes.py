@@ -87,8 +87,11 @@ def find_escapes(create: Mapping[str, Any]) -> list[str]:
     ]
     if unconfined:
         problems.append(f"security_opt {unconfined} (lifts confinement)")
-    if str(host.get("pidmode") or "").lower() == "host":
-        problems.append("pid_mode='host' (host processes and their GPUs)")
+    pid_mode = str(host.get("pidmode") or "").lower()
+    if pid_mode == "host" or pid_mode.startswith("container:"):
+        problems.append(f"pid_mode={pid_mode!r} (processes outside the container, and their GPUs)")
+    if host.get("volumesfrom"):
+        problems.append("volumes_from (another container's mounts, which gpuspawner cannot check)")
     annotations = {**(top.get("annotations") or {}), **(host.get("annotations") or {})}
     cdi = sorted(str(k) for k in annotations if str(k).startswith("cdi.k8s.io"))
     if cdi:
@@ -111,15 +114,21 @@ def _mount_problems(host: Mapping[str, Any]) -> list[str]:
         source, _, rest = str(bind).partition(":")
         sources.append(source)
         targets.append(rest.split(":", 1)[0])
+    problems = []
     for mount in host.get("mounts") or []:
         if not isinstance(mount, Mapping):
             continue
         targets.append(str(mount.get("target", "")))
         if str(mount.get("type", "volume")).lower() == "bind":
             sources.append(str(mount.get("source", "")))
-        options = ((mount.get("volumeoptions") or {}).get("driverconfig") or {}).get("options")
-        sources += bound_devices(options or {})
-    problems = []
+        options: Any = mount
+        for key in ("volumeoptions", "driverconfig", "options"):
+            options = options.get(key) or {}
+            if not isinstance(options, Mapping):
+                problems.append(f"a mount whose {key} is a {type(options).__name__}, not a dict")
+                break
+        else:
+            sources += bound_devices(options)
     bad = sorted({clean_path(s) for s in sources if s.startswith("/") and forbidden_source(s)})
     if bad:
         problems.append(f"mounts of {', '.join(bad)} (host devices, processes or Docker)")
@@ -130,10 +139,10 @@ def _mount_problems(host: Mapping[str, Any]) -> list[str]:
 
 
 def bound_devices(options: Mapping[str, Any]) -> list[str]:
-    """The host path a local volume binds (`o=bind`, `device=/x`), as Docker's local driver reads
-    its options; [] for any other volume."""
+    """The host path a local volume binds (`o=bind` or `rbind`, `device=/x`), as Docker's local
+    driver reads its options; [] for any other volume."""
     options = normalised(options)
-    if "bind" not in str(options.get("o", "")).split(","):
+    if not {"bind", "rbind"} & set(str(options.get("o", "")).split(",")):
         return []
     return [str(options.get("device", ""))]
 

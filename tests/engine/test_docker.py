@@ -108,6 +108,28 @@ ESCAPES = [
         "mounts of /dev",
     ),
     (
+        {
+            "host_config": {
+                "Mounts": [
+                    {
+                        "Type": "volume",
+                        "Target": "/d",
+                        "VolumeOptions": {
+                            "DriverConfig": {"Options": {"o": "rbind", "device": "/var/run"}}
+                        },
+                    }
+                ]
+            }
+        },
+        "mounts of /var/run",
+    ),
+    (
+        {"host_config": {"Mounts": [{"Target": "/d", "VolumeOptions": ["o=bind"]}]}},
+        "a mount whose volumeoptions is a list, not a dict",
+    ),
+    ({"host_config": {"PidMode": "container:other"}}, "pid_mode='container:other'"),
+    ({"host_config": {"VolumesFrom": ["other:ro"]}}, "volumes_from"),
+    (
         {"host_config": {"Binds": ["/dev/null:/var/run/nvidia-container-devices/GPU-c"]}},
         "NVIDIA device requests",
     ),
