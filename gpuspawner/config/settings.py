@@ -5,6 +5,7 @@ Every trait reads as admin documentation: what it does, its unit, an example.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from traitlets import (
@@ -23,6 +24,15 @@ from traitlets import (
 
 from ..core.placement import PLACEMENT_POLICIES
 from ..core.queue import DEFAULT_RESERVE_AFTER
+
+# The number settings: each one's unit, and whether 0 is allowed (none may be infinite).
+FINITE_NUMBERS = {
+    "monitor_interval": ("seconds", False),
+    "usage_retention_days": ("days", False),
+    "usage_half_life_days": ("days", False),
+    "line_reserve_after": ("seconds", True),
+    "warn_before_cull": ("seconds", True),
+}
 
 
 class GPUSettings(HasTraits):
@@ -116,16 +126,6 @@ class GPUSettings(HasTraits):
         Example: `c.GPUSpawner.usage_retention_days = 365`.""",
     )
 
-    @validate("monitor_interval", "usage_retention_days")
-    def _positive(self, proposal: Any) -> float:
-        unit = {"monitor_interval": "seconds", "usage_retention_days": "days"}[proposal.trait.name]
-        if not proposal.value > 0:
-            raise TraitError(
-                f"c.GPUSpawner.{proposal.trait.name} must be a number of {unit} > 0, "
-                f"got {proposal.value!r}"
-            )
-        return float(proposal.value)
-
     usage_half_life_days = Float(
         7.0,
         config=True,
@@ -149,24 +149,6 @@ class GPUSettings(HasTraits):
         starved by a stream of 1-GPU ones. Shorter favours big requests, longer
         keeps GPUs busier. 0 or more. Example: `c.GPUSpawner.line_reserve_after = 300`.""",
     )
-
-    @validate("usage_half_life_days")
-    def _positive_half_life(self, proposal: Any) -> float:
-        if not 0 < proposal.value < float("inf"):
-            raise TraitError(
-                f"c.GPUSpawner.usage_half_life_days must be a number of days > 0, "
-                f"got {proposal.value!r}"
-            )
-        return float(proposal.value)
-
-    @validate("line_reserve_after")
-    def _reserve_after(self, proposal: Any) -> float:
-        if not 0 <= proposal.value < float("inf"):
-            raise TraitError(
-                f"c.GPUSpawner.line_reserve_after must be a number of seconds ≥ 0, "
-                f"got {proposal.value!r}"
-            )
-        return float(proposal.value)
 
     ignore_gpu_containers = List(
         Unicode(),
@@ -222,14 +204,16 @@ class GPUSettings(HasTraits):
         warning. Example: `c.GPUSpawner.warn_before_cull = 30 * 60`.""",
     )
 
-    @validate("warn_before_cull")
-    def _not_negative(self, proposal: Any) -> float:
-        if not proposal.value >= 0:
+    @validate(*FINITE_NUMBERS)
+    def _finite_number(self, proposal: Any) -> float:
+        unit, zero_allowed = FINITE_NUMBERS[proposal.trait.name]
+        value = proposal.value
+        if not ((value >= 0 if zero_allowed else value > 0) and value < math.inf):
             raise TraitError(
-                f"c.GPUSpawner.warn_before_cull must be a number of seconds ≥ 0, "
-                f"got {proposal.value!r}"
+                f"c.GPUSpawner.{proposal.trait.name} must be a number of {unit} "
+                f"{'≥ 0' if zero_allowed else '> 0'}, got {value!r}"
             )
-        return float(proposal.value)
+        return float(value)
 
     exclude_gpus = List(
         Union([Unicode(), Integer()]),

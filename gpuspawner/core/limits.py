@@ -34,6 +34,7 @@ LINE_KEYS = ("max_wait", "priority")
 HOURS_KEYS = ("gpu_hours_per_week", "gpu_hours_per_week_group")
 FLAG_KEYS = ("stop_over_budget",)
 GROUP_OWN_KEYS = ("max_gpus_group", "gpu_hours_per_week_group")  # never from default_limits
+A_DECADE = 10 * 365 * 24 * 3600  # the longest time limit: past it, clocks overflow dates
 
 
 class LimitExceeded(Exception):
@@ -317,17 +318,19 @@ def _count(value: Any, where: str) -> Fraction:
 
 
 def _seconds(value: Any, where: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= A_DECADE:
         raise LimitsConfigError(
-            f"c.GPUSpawner.{where} must be a number of seconds > 0 or None, got {value!r}"
+            f"c.GPUSpawner.{where} must be a number of seconds > 0 (at most ten years) or None "
+            f"for no limit, got {value!r}"
         )
     return float(value)
 
 
 def _wait(value: Any, where: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < 1e9:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= A_DECADE:
         raise LimitsConfigError(
-            f"c.GPUSpawner.{where} must be a number of seconds ≥ 0 (0: no waiting), got {value!r}"
+            f"c.GPUSpawner.{where} must be a number of seconds ≥ 0 (0: no waiting; at most ten "
+            f"years), got {value!r}"
         )
     return float(value)
 
@@ -356,7 +359,11 @@ def _flag(value: Any, where: str) -> bool:
 
 
 def _profiles(value: Any, where: str, known: Collection[str]) -> frozenset[str]:
-    if isinstance(value, str) or not isinstance(value, Iterable):
+    if (
+        isinstance(value, str)
+        or not isinstance(value, Iterable)
+        or not all(isinstance(slug, str) for slug in value)
+    ):
         raise LimitsConfigError(f"c.GPUSpawner.{where} must be a list of profile slugs")
     slugs = frozenset(value)
     unknown = slugs - set(known)

@@ -115,6 +115,11 @@ def test_default_limits_quota_caps_everyone_unlisted_together():
         ({"students": {"profiles": ["gpu-8"]}}, r"\['profiles'\]: no profile with slug gpu-8"),
         ({"students": {"profiles": "gpu-1"}}, r"must be a list of profile slugs"),
         ({"students": {"max_age": 0}}, r"\['max_age'\] must be a number of seconds > 0"),
+        # "never" is None: an infinite or absurd clock would break every date shown of it
+        ({"students": {"max_age": float("inf")}}, r"\['max_age'\] must be a number of seconds"),
+        ({"students": {"idle_timeout": float("nan")}}, r"or None for no limit, got nan"),
+        ({"students": {"gpu_idle_timeout": 1e12}}, r"at most ten years"),
+        ({"students": {"profiles": [["cpu"]]}}, r"must be a list of profile slugs"),
         ({"students": 3}, r"group_limits\['students'\] must be a dict"),
     ],
 )
@@ -178,8 +183,12 @@ def test_the_waiting_line_keys_take_the_highest_of_the_users_groups():
 @pytest.mark.parametrize(
     ("raw", "message"),
     [
-        ({"max_wait": -1}, "max_wait'] must be a number of seconds ≥ 0 (0: no waiting), got -1"),
+        (
+            {"max_wait": -1},
+            "max_wait'] must be a number of seconds ≥ 0 (0: no waiting; at most ten years), got -1",
+        ),
         ({"max_wait": "1h"}, "max_wait'] must be a number of seconds ≥ 0"),
+        ({"max_wait": 1e12}, "max_wait'] must be a number of seconds ≥ 0"),
         ({"max_wait": float("inf")}, "max_wait'] must be a number of seconds ≥ 0"),
         ({"priority": 1.5}, "priority'] must be a whole number (higher goes first), got 1.5"),
         ({"priority": True}, "priority'] must be a whole number"),
