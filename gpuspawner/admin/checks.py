@@ -16,8 +16,8 @@ from typing import Any
 
 import pynvml
 
-from ..config.site import GPUSite, check_container_settings
-from ..core.errors import GPUConfigError, NoGPUSourceError, UnsafeContainerConfig
+from ..config.site import GPUSite, check_container_settings, check_overrides
+from ..core.errors import GPUConfigError, NoGPUSourceError
 from ..core.gpus import GPU, Telemetry, gpus_in_words
 from ..core.units import all_units, tally
 from ..devices.nvml import NvmlSource
@@ -205,11 +205,14 @@ def judge_container_settings(site: HubConfig) -> Finding:
     subject = "Container settings"
     try:
         check_container_settings(site.spawner, site.spawner.group_overrides)
-    except UnsafeContainerConfig as unsafe:
+        check_overrides(
+            lambda: type(site.spawner).from_config(site.config), site.spawner.group_overrides
+        )
+    except GPUConfigError as unsafe:
         return failed(
             subject,
             str(unsafe),
-            f"remove them from {site.path}; the hub would not start with them",
+            f"fix them in {site.path}; the hub would not start with them",
         )
     return passed(
         subject,

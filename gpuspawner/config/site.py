@@ -11,7 +11,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from ..core.errors import InventoryConfigError, UnsafeContainerConfig
+from traitlets import TraitError
+
+from ..core.errors import InventoryConfigError, ProfileConfigError, UnsafeContainerConfig
 from ..core.gpus import GPU
 from ..core.limits import LimitsTable
 from ..core.placement import PLACEMENT_POLICIES
@@ -114,25 +116,57 @@ def gpu_source(
     return NvmlSource()
 
 
-def check_container_settings(spawner: Any, group_overrides: Mapping[str, Any]) -> None:
+def check_container_settings(spawner: Any, group_overrides: Any) -> None:
     """UnsafeContainerConfig naming every setting that would hand a notebook GPUs (or the host)
     outside its grant: the spawner's own, each profile's override, each group override's."""
     layers: list[tuple[str, Mapping[str, Any]]] = [
-        ("c.GPUSpawner.", {name: getattr(spawner, name, None) for name in SETTINGS_CHECKED})
+        ("c.GPUSpawner.", {name: getattr(spawner, name, None) for name in SETTINGS_CHECKED}),
+        *((f"{where}.", override) for where, override in overrides(spawner, group_overrides)),
     ]
-    for profile in spawner.profiles:
-        if isinstance(profile, Mapping) and isinstance(profile.get("spawner_override"), Mapping):
-            where = f"c.GPUSpawner.profiles[{profile.get('slug') or profile.get('display_name')}]"
-            layers.append((f"{where}.spawner_override.", profile["spawner_override"]))
-    for name, override in (group_overrides or {}).items():
-        if isinstance(override, Mapping) and isinstance(override.get("spawner_override"), Mapping):
-            where = f"c.Spawner.group_overrides[{name}].spawner_override."
-            layers.append((where, override["spawner_override"]))
     problems = [p for where, settings in layers for p in settings_escapes(settings, where)]
     if problems:
         raise UnsafeContainerConfig(
             "; ".join(problems) + ". A notebook gets GPUs only from the pool: remove these."
         )
+
+
+def check_overrides(make_spawner: Callable[[], Any], group_overrides: Any) -> None:
+    """ProfileConfigError for an override that would fail every start it applies to: a key
+    that is no setting of the spawner (a typo), or a value its setting refuses. Each is
+    tried on a spawner of its own (`make_spawner`), as JupyterHub applies it at a start;
+    callables depend on the user and are left to the start."""
+    for where, override in overrides(make_spawner(), group_overrides):
+        probe = make_spawner()
+        for key, value in override.items():
+            if not probe.has_trait(key):
+                raise ProfileConfigError(
+                    f"{where}: {key!r} is not a setting of {type(probe).__name__}"
+                )
+            if callable(value):
+                continue
+            try:
+                probe._apply_overrides({key: value})
+            except (TraitError, TypeError, ValueError, AttributeError) as refused:
+                raise ProfileConfigError(f"{where}[{key!r}]: {refused}") from None
+
+
+def overrides(spawner: Any, group_overrides: Any) -> list[tuple[str, Mapping[str, Any]]]:
+    """Each profile's and group override's spawner_override that is a dict, and where it is."""
+    found: list[tuple[str, Mapping[str, Any]]] = []
+    for profile in spawner.profiles:
+        if isinstance(profile, Mapping) and isinstance(profile.get("spawner_override"), Mapping):
+            where = f"c.GPUSpawner.profiles[{profile.get('slug') or profile.get('display_name')}]"
+            found.append((f"{where}.spawner_override", profile["spawner_override"]))
+    groups = group_overrides if isinstance(group_overrides, Mapping) else {}  # or a callable
+    for name, override in groups.items():
+        if isinstance(override, Mapping) and isinstance(override.get("spawner_override"), Mapping):
+            found.append(
+                (
+                    f"c.Spawner.group_overrides[{name}].spawner_override",
+                    override["spawner_override"],
+                )
+            )
+    return found
 
 
 SETTINGS_CHECKED = (

@@ -25,7 +25,7 @@ from typing import Any
 from jupyterhub import orm
 from traitlets import TraitError
 
-from ..config.site import GPUSite, check_container_settings
+from ..config.site import GPUSite, check_container_settings, check_overrides
 from ..core.culling import Busyness
 from ..core.errors import GPUConfigError
 from ..core.limits import UserLimits
@@ -100,6 +100,7 @@ async def start_broker(app: Any, spawner_class: Any = None) -> Broker:
     try:
         spawner = spawner_class.from_config(app.config)
         check_container_settings(spawner, spawner.group_overrides)
+        check_overrides(lambda: spawner_class.from_config(app.config), spawner.group_overrides)
         site = GPUSite.from_config(spawner)
     except (GPUConfigError, TraitError) as error:
         app.log.critical("gpuspawner: %s", error)

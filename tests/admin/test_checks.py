@@ -238,11 +238,31 @@ def test_settings_that_reach_gpus_or_the_host_fail_naming_the_setting(tmp_path, 
     assert len(finding.detail.splitlines()) == 1
 
 
+@pytest.mark.parametrize(
+    ("override", "named"),
+    [
+        ('{"mem_limt": {"x": 1}}', "spawner_override: 'mem_limt' is not a setting of GPUSpawner"),
+        ('{"mem_limt": "4G"}', "spawner_override: 'mem_limt' is not a setting of GPUSpawner"),
+        ('{"remove": False}', "spawner_override['remove']: GPUSpawner needs remove=True"),
+        ('{"cpu_limit": "two"}', "spawner_override['cpu_limit']"),
+    ],
+)
+def test_an_override_every_start_would_fail_on_fails_naming_it(tmp_path, override, named):
+    body = f"""c.GPUSpawner.profiles = [
+        {{"display_name": "CPU", "slug": "cpu", "gpus": 0, "spawner_override": {override}}}]"""
+    finding = judge_container_settings(hubconfig.load(config_file(tmp_path, body)))
+    assert finding.status is Status.FAIL
+    assert f"c.GPUSpawner.profiles[cpu].{named}" in finding.detail
+
+
 def test_ordinary_container_settings_pass(tmp_path):
     body = """
         c.GPUSpawner.volumes = {"gpuspawner-home-{username}": "/home/jovyan/work"}
         c.GPUSpawner.read_only_volumes = {"/data": "/home/jovyan/data"}
         c.GPUSpawner.extra_host_config = {"shm_size": "8g", "cap_add": ["SYS_PTRACE"]}
+        c.GPUSpawner.profiles = [{"display_name": "CPU", "slug": "cpu", "gpus": 0,
+            "spawner_override": {"mem_limit": "4G", "environment": {"X": "1"},
+                                 "cpu_limit": lambda spawner: 2}}]
     """
     assert judge_container_settings(hubconfig.load(config_file(tmp_path, body))).status is (
         Status.PASS

@@ -191,8 +191,13 @@ def test_any_image_is_offered_as_a_name_to_type_not_as_a_star(hub_factory):
             'c.GPUSpawner.volumes = {"//dev/./": "/mnt/dev"}\n',
             "c.GPUSpawner.volumes sets mounts of /dev",
         ),
+        (
+            'c.GPUSpawner.profiles = [{"display_name": "CPU", "slug": "cpu", "gpus": 0,'
+            ' "spawner_override": {"mem_limt": "4G"}}]\n',
+            "c.GPUSpawner.profiles[cpu].spawner_override: 'mem_limt' is not a setting",
+        ),
     ],
-    ids=["monitor-interval", "privileged", "dev-mount"],
+    ids=["monitor-interval", "privileged", "dev-mount", "override-typo"],
 )
 def test_a_config_the_hub_cannot_run_safely_stops_it_with_one_line(hub_factory, config, expected):
     bad = hub_factory("c.GPUSpawner.simulate_gpus = 2\n" + config, start=False)
