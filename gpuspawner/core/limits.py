@@ -38,11 +38,12 @@ A_DECADE = 10 * 365 * 24 * 3600  # the longest time limit: past it, clocks overf
 
 
 class LimitExceeded(Exception):
-    """A request over a limit. `key` and `group` name the limit for the user."""
+    """A request over a limit. `key` and `group` name the limit for the user; `waitable` says
+    whether waiting in line could change it (a group member giving GPUs back)."""
 
-    def __init__(self, message: str, key: str, group: str | None) -> None:
+    def __init__(self, message: str, key: str, group: str | None, waitable: bool = False) -> None:
         super().__init__(message)
-        self.key, self.group = key, group
+        self.key, self.group, self.waitable = key, group, waitable
 
 
 @dataclass(frozen=True)
@@ -147,6 +148,16 @@ class UserLimits:
         if not self.quotas or any(q is None for q in self.quotas.values()):
             return None
         roomiest = max(self.quotas, key=lambda g: (self.quotas[g] or 0) - usage.by_group[g])
+        largest = max(self.quotas, key=lambda g: self.quotas[g] or 0)
+        if gpus > (self.quotas[largest] or 0):
+            quota = self.quotas[largest] or Fraction(0)
+            raise LimitExceeded(
+                f"This profile asks for {count_gpus(gpus)}, but {members(largest).lower()} may "
+                f"hold at most {count_gpus(quota)} together (max_gpus_group"
+                f"{from_group(largest)}). Pick a smaller profile." + _counted(gpus, quota),
+                "max_gpus_group",
+                largest,
+            )
         quota = self.quotas[roomiest] or Fraction(0)
         held = usage.by_group[roomiest]
         if held + gpus > quota:
@@ -158,6 +169,7 @@ class UserLimits:
                 + _counted(held, gpus, quota),
                 "max_gpus_group",
                 roomiest,
+                waitable=True,
             )
         return roomiest
 

@@ -280,6 +280,15 @@ class Pool:
         with self._lock:
             return sum(request.matches(u) for u in self._units.values())
 
+    def usable_count(self, request: Request) -> int:
+        """Units `request` could take once their servers end: not unhealthy, not used
+        outside the hub."""
+        unusable = (DeviceState.UNHEALTHY, DeviceState.EXTERNAL)
+        with self._lock:
+            return sum(
+                request.matches(u) and self._state(u) not in unusable for u in self._units.values()
+            )
+
     def usage(self) -> Usage:
         with self._lock:
             return self._usage()

@@ -16,7 +16,6 @@ from ..core.limits import LimitExceeded, UserLimits
 from ..core.pool import Pool
 from ..core.profiles import Profile, default_profile
 from ..core.units import Kind, Request, Unit
-from ..core.waiting import QUOTA
 from ..core.words import amount, count_gpus, duration, from_group, gib, your_server
 
 TEMPLATE = "gpuspawner_form.html"
@@ -115,7 +114,7 @@ def _blocked(profile: Profile, limits: UserLimits, user_id: int, pool: Pool) -> 
     try:
         limits.admit(pool.weight_of(request), user_id, pool.usage())
     except LimitExceeded as exceeded:
-        return str(exceeded), exceeded.key == QUOTA
+        return str(exceeded), exceeded.waitable
     free = pool.free_count(request)
     if request.count <= free:
         return "", False

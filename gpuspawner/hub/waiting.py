@@ -36,7 +36,6 @@ from ..core.placement import NotEnoughGPUs
 from ..core.pool import Grant, Holder, Pool
 from ..core.queue import DEFAULT_RESERVE_AFTER, Outcome, Waiting, in_order, starting_now
 from ..core.units import Kind, Request
-from ..core.waiting import QUOTA
 from ..core.words import DEFAULT_GROUP, duration
 from ..records.waiting import LineRecord, Waited
 
@@ -73,7 +72,7 @@ class Entry:
     def quota(self) -> str | None:
         """The group whose quota it waits for, if that is what holds it back."""
         over = self.blocked
-        return over.group if isinstance(over, LimitExceeded) and over.key == QUOTA else None
+        return over.group if isinstance(over, LimitExceeded) and over.waitable else None
 
 
 @dataclass(frozen=True)
@@ -258,10 +257,13 @@ class Line:
             if short.total < entry.request.count:  # the machine no longer has that many
                 self._end(entry).set_exception(short)
                 return Outcome.HELD
+            if self.pool.usable_count(entry.request) < entry.request.count:
+                return Outcome.HELD  # until GPUs are healthy or free of outside use again:
+                # keeping freed GPUs for it meanwhile would only idle them
             return Outcome.SHORT
         except LimitExceeded as over:
             entry.blocked = over
-            if over.key != QUOTA:  # waiting cannot change it (the user started another server)
+            if not over.waitable:  # the user started another server meanwhile
                 self._end(entry).set_exception(over)
             return Outcome.HELD
         except Exception as error:  # a fault of one start must not stop the line
@@ -297,9 +299,14 @@ class Line:
             self.log.exception("gpuspawner: could not write the waiting line down (%s)", change)
 
     def _recent_use(self, now: float) -> Mapping[int, float]:
+        """Everyone's recent GPU-hours, read at most once a minute; where the ledger cannot
+        be read (locked, a full disk), the last reading, so the line still moves."""
         at, recent = self._recent
         if now - at >= RECENT_USE_TTL:
-            recent = self.recent_use(now)
+            try:
+                recent = self.recent_use(now)
+            except sqlite3.Error:
+                self.log.exception("gpuspawner: could not read recent GPU use; the line goes on")
             self._recent = (now, recent)
         return recent
 

@@ -222,3 +222,11 @@ def test_a_profile_the_machine_can_never_serve_is_not_offered_as_a_wait():
     rows = {r.slug: r for r in form.profile_rows(PROFILES, limits, ANN, few, None)}
     assert rows["gpu-4"].reason == "Needs 4 free GPU(s); 2 free right now."
     assert rows["gpu-4"].note == ""
+
+
+def test_a_profile_bigger_than_the_groups_whole_quota_is_not_offered_as_a_wait():
+    pool = Pool([g.uuid for g in GPUS])
+    rows, _ = rows_for(ANN, {"students"}, pool, {"students": {"max_gpus_group": 1, "max_wait": 60}})
+    assert rows["gpu-1"].reason == "" and rows["gpu-1"].note == ""
+    assert rows["gpu-2"].reason.startswith("This profile asks for 2 GPUs, but members of group")
+    assert rows["gpu-2"].note == ""

@@ -5,6 +5,7 @@ tests/stack/test_queue_hub.py runs the same on a real hub and dockerd."""
 import asyncio
 import dataclasses
 import logging
+import sqlite3
 from fractions import Fraction
 
 import pytest
@@ -159,6 +160,16 @@ async def test_limits_waiting_cannot_change_refuse_at_once(broker):
     assert waiting_keys(broker) == []
 
 
+async def test_a_start_bigger_than_its_groups_whole_quota_is_refused_at_once(broker):
+    """Waiting would never change it: no group member can give back more than the quota."""
+    with pytest.raises(LimitExceeded) as refused:
+        await start(broker, 1, "students", gpus=2)
+    assert str(refused.value).startswith(
+        "This profile asks for 2 GPUs, but members of group students may hold at most 1 GPU"
+    )
+    assert waiting_keys(broker) == [] and broker.pool.free_count() == 4
+
+
 async def test_a_start_over_its_groups_quota_waits_and_blocks_nobody(broker):
     broker.line.reserve_after = 0  # even a head that has waited reserves nothing for a quota
     first = await start(broker, 1, "students")
@@ -187,6 +198,38 @@ async def test_freed_gpus_gather_for_a_head_that_has_waited_reserve_after(broker
     broker.release_when_gone(held[1].key)
     assert len((await asyncio.wait_for(big, 10)).uuids) == 2
     small.cancel()
+
+
+async def test_a_head_asking_more_than_the_healthy_gpus_keeps_nothing_for_itself(broker):
+    """With one GPU broken, 4 GPUs cannot start until it heals: freed GPUs go to others."""
+    broker.line.reserve_after = 0
+    broker.pool.mark_unhealthy(broker.pool.gpus[3], "XID 79")
+    held = await fill(broker, n=3)
+    big = start(broker, 1, "vip", gpus=4)
+    small = start(broker, 2, "researchers")
+    await settle()
+    head = broker.line.standings()[0]
+    assert (head.key, head.kept_for) == (1, False)
+    broker.release_when_gone(held[0].key)
+    assert (await asyncio.wait_for(small, 10)).uuids == held[0].uuids
+    assert not big.done()
+    big.cancel()
+
+
+async def test_a_ledger_that_cannot_be_read_does_not_stop_the_line(broker):
+    """Recent use orders the line; without it (a locked file) the line still moves."""
+
+    def unreadable(now):
+        raise sqlite3.OperationalError("database is locked")
+
+    broker.line.recent_use = unreadable
+    held = await fill(broker)
+    waiters = [start(broker, key, "researchers") for key in (1, 2)]
+    await settle()
+    assert waiting_keys(broker) == [1, 2]  # by arrival, the one order left
+    broker.release_when_gone(held[0].key)
+    assert (await asyncio.wait_for(waiters[0], 10)).uuids == held[0].uuids
+    waiters[1].cancel()
 
 
 async def test_the_pending_page_says_where_one_stands_and_what_frees_up_when(broker):
