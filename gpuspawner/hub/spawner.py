@@ -292,7 +292,23 @@ class GPUSpawner(GPUSettings, DockerSpawner):
             profile.slug,
             ", ".join(grant.uuids) or "no GPU",
         )
-        return await super().start()
+        return await self._start_container()
+
+    async def _start_container(self) -> Any:
+        """DockerSpawner's start, within start_timeout from here: JupyterHub's own clock
+        also counts the time this start may wait in line, which must not let a stuck
+        Docker call hold GPUs for that much longer."""
+        timeout = self._start_timeout_base or int(getattr(self, "start_timeout"))  # noqa: B009
+        try:
+            return await asyncio.wait_for(super().start(), timeout)
+        except TimeoutError:
+            raise _failed(
+                f"{your_server(self.name).capitalize()} did not start within {duration(timeout)} "
+                "of getting its GPUs (start_timeout); they go back to the pool. Try again; if "
+                "this persists, ask an admin.",
+                "timeout",
+                500,
+            ) from None
 
     def _mounts(self) -> list[storage.Mount]:
         return storage.mounts(

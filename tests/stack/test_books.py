@@ -33,6 +33,9 @@ c.GPUSpawner.profiles = [
 c.GPUSpawner.group_overrides = {
     "impatient": {"groups": ["impatient"], "spawner_override": {"start_timeout": 3}},
 }
+# ivy may wait 10 min in line: her starts get 603 s from JupyterHub, but once her GPUs are
+# reserved the container gets 3 s, as anyone's
+c.GPUSpawner.group_limits = {"impatient": {"max_wait": 600}}
 """
 
 
@@ -164,7 +167,8 @@ def test_a_spawn_cancelled_while_the_notebook_starts_leaves_no_container(hub):
 
 
 def test_a_start_timeout_during_docker_create_leaves_no_container(hub, faults):
-    """ivy's group gives her servers start_timeout = 3 s; Docker takes longer to create."""
+    """ivy's group gives her servers start_timeout = 3 s; Docker takes longer to create.
+    Her max_wait does not lengthen it: she got her GPUs at once."""
     held = faults.hold("POST", r"/containers/create")
     with spawning(hub, "ivy", "", held, profile="gpu-1"):
         [gpu] = hub.held_by("ivy")
@@ -173,6 +177,7 @@ def test_a_start_timeout_during_docker_create_leaves_no_container(hub, faults):
             timeout=20,
             what="the hub giving up after 3 s",
         )
+        assert "did not start within 3 s of getting its GPUs (start_timeout)" in hub.log()
         assert hub.gpu_states()[gpu] != "free"  # the create is still in flight
         assert_books_hold(hub)
         held.release()
