@@ -10,10 +10,12 @@ Policy — backfill, then a reservation for whoever has waited long:
   holds nothing back: anyone further back whose request fits starts at once,
   so a freed GPU never sits idle while someone it fits is waiting.
 - A request that does not fit and has waited `reserve_after` reserves: from
-  then on nobody behind it who *competes* for the same units (could use a
-  unit it could use) starts; what frees up gathers for it. Requests for other
-  units (a MIG instance behind a whole GPU, another GPU model) go on as
-  before, so a reservation never idles a unit its head could not use. A 4-GPU
+  then on what frees up that it could use gathers for it. Nobody behind it
+  who *competes* (could use a unit it could use) takes such a unit; they may
+  still start on units it could not use (`fits_apart`: a plain 1-GPU request
+  on an L40S while the head waits for H100s), and requests for other units
+  (a MIG instance behind a whole GPU) go on as before, so a reservation never
+  idles a unit its head could not use. A 4-GPU
   request therefore starts under any steady stream of 1-GPU requests that
   sort behind it, after at most `reserve_after` plus the time for 4 GPUs to
   free; GPUs sit idle only while they gather for it, never more than it
@@ -84,22 +86,29 @@ def starting_now(
     now: float,
     reserve_after: float = DEFAULT_RESERVE_AFTER,
     competes: Callable[[Waiting, Waiting], bool] = everyone_competes,
+    fits_apart: Callable[[Waiting, Sequence[Waiting], Sequence[Waiting]], bool | Outcome]
+    | None = None,
 ) -> Pass:
     """Who of the `ordered` line starts now, and who reserves what frees up.
 
     `fits(waiting, starting)` says whether a request can be served now,
     after the ones already chosen to start (`starting`) have taken theirs.
-    It is asked in order, and not at all for a request behind a reservation it
-    competes with (`competes(request, head)`), so a `fits` that takes the GPUs
-    as it says yes (the hub's) decides and reserves in one pass.
+    For a request behind reservations it competes with (`competes(request,
+    head)`), `fits_apart(waiting, starting, heads)` is asked instead: whether
+    it can be served from units none of those heads could use (without it,
+    such a request waits). Each is asked in order, so a `fits` that takes the
+    GPUs as it says yes (the hub's) decides and reserves in one pass.
     """
     starting: list[Waiting] = []
     reserved: list[Waiting] = []
     for waiting in ordered:
-        if any(competes(waiting, head) for head in reserved):
-            continue  # what frees up that it could use is kept for a head ahead of it
+        heads = [head for head in reserved if competes(waiting, head)]
+        if heads:  # what frees up that it could use is kept for a head ahead of it
+            if fits_apart is not None and _starts(fits_apart(waiting, starting, heads)):
+                starting.append(waiting)
+            continue
         outcome = fits(waiting, starting)
-        if outcome is True or outcome is Outcome.STARTS:
+        if _starts(outcome):
             starting.append(waiting)
         elif (
             outcome is not Outcome.HELD
@@ -108,3 +117,7 @@ def starting_now(
         ):
             reserved.append(waiting)  # short of units, and has waited long enough
     return Pass(starting, reserved)
+
+
+def _starts(outcome: bool | Outcome) -> bool:
+    return outcome is True or outcome is Outcome.STARTS

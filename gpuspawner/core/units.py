@@ -168,6 +168,7 @@ class Request:
     shared: bool = False
     gpu_model: str = ""
     min_gpu_memory: int = 0
+    not_on: frozenset[str] = frozenset()  # units it must leave (kept for a waiting head)
 
     @property
     def kind(self) -> Kind | None:
@@ -185,6 +186,8 @@ class Request:
 
     def matches(self, unit: Unit) -> bool:
         if unit.kind is not self.kind or unit.memory_bytes < self.min_gpu_memory:
+            return False
+        if unit.id in self.not_on:
             return False
         if self.kind is Kind.MIG and unit.profile != self.mig_profile:
             return False

@@ -33,7 +33,7 @@ from ..core.limits import Limited, LimitExceeded, UserLimits
 from ..core.placement import NotEnoughGPUs
 from ..core.pool import Grant, Holder
 from ..core.profiles import ANY_IMAGE, InvalidUserOptions, Profile, choose_profile
-from ..core.units import units_in_words
+from ..core.units import Request, units_in_words
 from ..core.words import duration, from_group, your_server
 from ..engine import storage
 from ..engine.docker import isolate
@@ -225,17 +225,17 @@ class GPUSpawner(GPUSettings, DockerSpawner):
         limits = self._user_limits()
         user_id, holder = self.user.id, self.holder
 
-        def reserve() -> Grant:
+        def reserve(request: Request) -> Grant:
             with ALLOCATION_SECONDS.time():
                 return self.broker.reserve(
                     holder,
-                    profile.request,
+                    request,
                     admit=lambda usage, weight: limits.admit(weight, user_id, usage),
                 )
 
         try:
             if profile.request.kind is None:
-                return reserve()
+                return reserve(profile.request)
             return await self.broker.line.take(
                 holder, profile.slug, profile.display_name, profile.request, limits, reserve
             )

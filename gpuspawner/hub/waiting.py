@@ -25,7 +25,7 @@ import logging
 import sqlite3
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..core import waiting as words
@@ -60,7 +60,8 @@ class Entry:
     profile: str  # its display name
     request: Request  # what it asks the pool for
     limits: UserLimits
-    reserve: Callable[[], Grant]  # the GPUs now, or NotEnoughGPUs / LimitExceeded
+    reserve: Callable[[Request], Grant]  # GPUs now for (what it asks, narrowed by the line),
+    # or NotEnoughGPUs / LimitExceeded
     result: asyncio.Future[Grant]
     blocked: Exception | None = None  # why it could not start at its last try
 
@@ -132,7 +133,7 @@ class Line:
         profile: str,
         request: Request,
         limits: UserLimits,
-        reserve: Callable[[], Grant],
+        reserve: Callable[[Request], Grant],
     ) -> Grant:
         """GPUs for a start: now if its turn has come, else once it comes, within max_wait.
 
@@ -233,7 +234,9 @@ class Line:
         now = self.clock()
         recent = self._recent_use(now) if len(self._entries) > 1 else {}
         ordered = in_order([e.waiting for e in self._entries.values()], recent)
-        chosen = starting_now(ordered, self._try, now, self.reserve_after, self._compete)
+        chosen = starting_now(
+            ordered, self._try, now, self.reserve_after, self._compete, self._try_apart
+        )
         self._order = [w.key for w in ordered if w.key in self._entries]
         self._reserving = {w.key for w in chosen.reserved if w.key in self._entries}
         if chosen.starting:
@@ -247,14 +250,26 @@ class Line:
         first, second = self._entries[a.key].request, self._entries[b.key].request
         return any(first.matches(u) and second.matches(u) for u in self.pool.units)
 
-    def _try(self, waiting: Waiting, starting: Sequence[Waiting]) -> Outcome:
+    def _try_apart(
+        self, waiting: Waiting, starting: Sequence[Waiting], heads: Sequence[Waiting]
+    ) -> Outcome:
+        """Try to reserve for a waiter behind reservations, from units none of their heads
+        could use."""
+        kept = [self._entries[head.key].request for head in heads]
+        not_on = frozenset(u.id for u in self.pool.units if any(r.matches(u) for r in kept))
+        request = self._entries[waiting.key].request
+        return self._try(waiting, starting, replace(request, not_on=request.not_on | not_on))
+
+    def _try(
+        self, waiting: Waiting, starting: Sequence[Waiting], request: Request | None = None
+    ) -> Outcome:
         """Try to reserve for one waiter, in line order: the pool decides and takes at once."""
         entry = self._entries[waiting.key]
         try:
-            grant = entry.reserve()
+            grant = entry.reserve(request or entry.request)
         except NotEnoughGPUs as short:
             entry.blocked = short
-            if short.total < entry.request.count:  # the machine no longer has that many
+            if self.pool.count(entry.request) < entry.request.count:  # no longer on the machine
                 self._end(entry).set_exception(short)
                 return Outcome.HELD
             if self.pool.usable_count(entry.request) < entry.request.count:

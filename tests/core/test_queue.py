@@ -181,3 +181,28 @@ def test_a_reservation_holds_back_only_what_competes_with_it():
     assert [w.key for w in chosen.reserved] == [1, 4]  # 4 keeps the next whole GPU
     # where everything competes (one kind of unit), nothing behind the head starts
     assert starts(line, fits, 600) == []
+
+
+def test_behind_a_reservation_a_request_may_start_on_units_its_head_could_not_use():
+    """The head (key 1) waits for 2 H100s, one free; an L40S is free too. A plain 1-GPU
+    request behind it may take the L40S, never the H100 that gathers for the head."""
+    free = {"H100": 1, "L40S": 1}
+    wants = {1: {"H100"}, 2: {"H100", "L40S"}, 3: {"H100"}}
+    taken: dict[str, int] = {}
+
+    def fits_on(w, models):
+        for model in sorted(models):
+            if free[model] - taken.get(model, 0) >= w.gpus:
+                taken[model] = taken.get(model, 0) + w.gpus
+                return True
+        return False
+
+    def fits_apart(w, starting, heads):
+        return fits_on(w, wants[w.key] - set().union(*(wants[h.key] for h in heads)))
+
+    line = [waiting(1, 2), waiting(2, 1), waiting(3, 1)]
+    competes = lambda a, b: bool(wants[a.key] & wants[b.key])  # noqa: E731
+    chosen = starting_now(line, lambda w, _: fits_on(w, wants[w.key]), 600, 0, competes, fits_apart)
+    assert [w.key for w in chosen.starting] == [2]
+    assert taken == {"L40S": 1}  # the H100 stays free, kept for the head
+    assert [w.key for w in chosen.reserved] == [1]  # 3 neither starts nor reserves

@@ -58,9 +58,9 @@ def start(broker, key, group, gpus=1, user_id=None, request=None):
     limits = broker.site.limits.for_user({group} if group else set())
     request = request or Request(gpus=gpus)
 
-    def reserve():
+    def reserve(asked):
         admit = lambda usage, weight: limits.admit(weight, user_id, usage)  # noqa: E731
-        return broker.reserve(holder, request, admit=admit)
+        return broker.reserve(holder, asked, admit=admit)
 
     line = broker.line.take(holder, f"gpu-{gpus}", f"{gpus} GPU", request, limits, reserve)
     return asyncio.ensure_future(line)
@@ -214,6 +214,28 @@ async def test_a_head_asking_more_than_the_healthy_gpus_keeps_nothing_for_itself
     assert (await asyncio.wait_for(small, 10)).uuids == held[0].uuids
     assert not big.done()
     big.cancel()
+
+
+async def test_a_reservation_never_idles_a_gpu_its_head_could_not_use():
+    """The head waits for 2 H100s; a plain 1-GPU start behind it gets the L40S that frees."""
+    host = [{"model": m, "memory": "80G"} for m in ("H100", "H100", "L40S", "L40S")]
+    settings = GPUSettings(simulated_host=host, group_limits=LIMITS)
+    broker = Broker(GPUSite.from_config(settings), GoneEngine(), "jupyter", LOG)
+    broker.line.reserve_after = 0
+    held = await fill(broker)
+    head = start(broker, 1, "vip", request=Request(gpus=2, gpu_model="H100"))
+    plain = start(broker, 2, "researchers")
+    await settle()
+    assert [s.kept_for for s in broker.line.standings()] == [True, False]
+    l40s = next(g for g in held if g.units[0].model == "L40S")
+    broker.release_when_gone(l40s.key)
+    assert (await asyncio.wait_for(plain, 10)).uuids == l40s.uuids
+    h100 = next(g for g in held if g.units[0].model == "H100")
+    broker.release_when_gone(h100.key)
+    assert await asyncio.wait_for(broker.settled(h100.key), 10)
+    assert not head.done() and broker.pool.free_count() == 1  # kept for the head
+    head.cancel()
+    broker.executor.shutdown(wait=False)
 
 
 async def test_a_ledger_that_cannot_be_read_does_not_stop_the_line(broker):
