@@ -24,14 +24,17 @@ def standing(
     *,
     quota: str | None = None,
     kept_for: bool = False,
+    kept_ahead: bool = False,
     freeing: str | None = None,
 ) -> str:
     """ "Waiting for 2 GPUs — you are 3rd in line (group researchers). 1 GPU frees up when …"
 
     `what` is the request in words (`Request.what`: "2 GPUs", "a MIG instance 1g.10gb");
-    `group` is the one the user waits as (their priority's), `quota` the group whose
-    max_gpus_group holds them back, if that is what they wait for; `freeing` is the
-    estimate (`estimates.next_freeing`), where there is a basis for one.
+    `place` counts only the starts ahead that wait for the same kind of unit; `group` is
+    the one the user waits as (their priority's), `quota` the group whose max_gpus_group
+    holds them back, if that is what they wait for; `kept_for`: what frees up gathers for
+    this start, `kept_ahead`: for one ahead of it; `freeing` is the estimate
+    (`estimates.next_freeing`), where there is a basis for one.
     """
     text = f"Waiting for {what}"
     if quota is not None:
@@ -39,6 +42,8 @@ def standing(
     text += f" — you are {ordinal(place)} in line ({_as_group(group)})."
     if kept_for:
         text += " GPUs that free up are kept for you."
+    elif kept_ahead:
+        text += " GPUs that free up are kept for a start ahead of you, which has waited long."
     if freeing:
         text += f" {freeing}."
     return (

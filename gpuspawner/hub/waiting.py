@@ -124,6 +124,7 @@ class Line:
         self._closing = False  # the hub is shutting down: nobody starts, the record stays
         self._changed: asyncio.Future[None] | None = None
         self._recent: tuple[float, Mapping[int, float]] = (float("-inf"), {})
+        self._competing: dict[tuple[Request, Request], bool] = {}
 
     # --- a start's way through the line ----------------------------------------------
     async def take(
@@ -231,6 +232,7 @@ class Line:
             self._changed.set_result(None)
 
     def _pass(self) -> None:
+        self._competing.clear()
         now = self.clock()
         recent = self._recent_use(now) if len(self._entries) > 1 else {}
         ordered = in_order([e.waiting for e in self._entries.values()], recent)
@@ -246,9 +248,14 @@ class Line:
 
     def _compete(self, a: Waiting, b: Waiting) -> bool:
         """Whether two waiting starts could use one same unit (a MIG start and a whole-GPU
-        start do not): only then does a reservation for one hold the other back."""
-        first, second = self._entries[a.key].request, self._entries[b.key].request
-        return any(first.matches(u) and second.matches(u) for u in self.pool.units)
+        start do not): only then does a reservation for one hold the other back. Known per
+        pair of requests (profiles) until the next pass, which may see other units."""
+        pair = (self._entries[a.key].request, self._entries[b.key].request)
+        if pair not in self._competing:
+            first, second = pair
+            units = self.pool.units
+            self._competing[pair] = any(first.matches(u) and second.matches(u) for u in units)
+        return self._competing[pair]
 
     def _try_apart(
         self, waiting: Waiting, starting: Sequence[Waiting], heads: Sequence[Waiting]
@@ -342,6 +349,7 @@ class Line:
             entry.limits.max_wait,
             quota=entry.quota,
             kept_for=key in self._reserving,
+            kept_ahead=any(k in self._reserving for k in self._ahead(entry)),
             freeing=freeing.words if freeing else None,
         )
 
@@ -423,5 +431,13 @@ class Line:
         return found
 
     def _place(self, entry: Entry) -> int:
+        """Its place among the starts that wait for what it could use."""
+        return len(self._ahead(entry)) + 1
+
+    def _ahead(self, entry: Entry) -> list[int]:
+        """The starts ahead of it in line that compete with it (could use a unit it could)."""
         key = entry.waiting.key
-        return self._order.index(key) + 1 if key in self._order else len(self._entries)
+        ahead = self._order[: self._order.index(key)] if key in self._order else self._order
+        return [
+            k for k in ahead if k != key and self._compete(self._entries[k].waiting, entry.waiting)
+        ]

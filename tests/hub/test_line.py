@@ -227,6 +227,8 @@ async def test_a_reservation_never_idles_a_gpu_its_head_could_not_use():
     plain = start(broker, 2, "researchers")
     await settle()
     assert [s.kept_for for s in broker.line.standings()] == [True, False]
+    assert broker.line.status(2).startswith("Waiting for 1 GPU — you are 2nd in line")
+    assert "GPUs that free up are kept for a start ahead of you" in broker.line.status(2)
     l40s = next(g for g in held if g.units[0].model == "L40S")
     broker.release_when_gone(l40s.key)
     assert (await asyncio.wait_for(plain, 10)).uuids == l40s.uuids
@@ -325,14 +327,16 @@ async def test_a_slice_waits_for_a_slice_and_is_told_so():
     runs_1h = {"max_age": Limited(HOUR, "marathon")}
     marathon = dataclasses.replace(broker.site.limits.for_user(set()), durations=runs_1h)
     broker.line.limits_of = lambda user_id: marathon
+    gpu_waiter = start(broker, 5, "researchers")  # ahead in line, but for a whole GPU
+    await settle()
     waiter = start(broker, 4, "researchers", request=slice_)
     await settle()
     status = broker.line.status(4)
     assert status.startswith("Waiting for a MIG instance 3g.40gb — you are 1st in line")
     assert "1 MIG instance frees up when user2's server reaches its max_age" in status
-    assert [s.asks_for for s in broker.line.standings()] == ["a MIG instance 3g.40gb"]
+    assert [s.asks_for for s in broker.line.standings()] == ["1 GPU", "a MIG instance 3g.40gb"]
     broker.release_when_gone(whole_gpu.key)
-    assert await asyncio.wait_for(broker.settled(whole_gpu.key), 10)
+    assert (await asyncio.wait_for(gpu_waiter, 10)).uuids == whole_gpu.uuids
     assert not waiter.done()  # a whole GPU is no MIG instance
     broker.release_when_gone(slices[0].key)
     grant = await asyncio.wait_for(waiter, 10)
