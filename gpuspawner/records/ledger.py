@@ -66,22 +66,28 @@ class Ledger:
         """A grant began, or after a restart goes on: one row per server and start.
 
         An adopted grant's start is read back from its container's labels, to the
-        millisecond, so the open row of the same server and (within a second) the same
-        start is that grant's; an open row of another start is a grant that ended unseen.
+        millisecond, so the row of the same server and (within a second) the same start
+        is that grant's: it goes on, open again if a restart that could not adopt it had
+        closed it. An open row of another start is a grant that ended unseen.
         """
         holder = grant.holder
         with self._db:
             self._db.execute("BEGIN")
-            open_rows = self._db.execute(
-                "SELECT start FROM grants WHERE spawner_id = ? AND end IS NULL",
-                (holder.spawner_id,),
+            rows = self._db.execute(
+                "SELECT start FROM grants WHERE spawner_id = ? AND start BETWEEN ? AND ?",
+                (holder.spawner_id, grant.since - SAME_START, grant.since + SAME_START),
             ).fetchall()
-            if any(abs(start - grant.since) < SAME_START for (start,) in open_rows):
-                return
             self._db.execute(
-                "UPDATE grants SET end = last_seen WHERE spawner_id = ? AND end IS NULL",
-                (holder.spawner_id,),
+                "UPDATE grants SET end = last_seen WHERE spawner_id = ? AND end IS NULL "
+                "AND start NOT BETWEEN ? AND ?",
+                (holder.spawner_id, grant.since - SAME_START, grant.since + SAME_START),
             )
+            if rows:
+                self._db.execute(
+                    "UPDATE grants SET end = NULL WHERE spawner_id = ? AND start = ?",
+                    (holder.spawner_id, rows[0][0]),
+                )
+                return
             self._db.execute(
                 "INSERT OR IGNORE INTO grants "
                 "(spawner_id, user_id, user, server, quota_group, gpus, start, last_seen) "

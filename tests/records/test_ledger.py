@@ -89,6 +89,21 @@ def test_a_grant_adopted_from_its_labels_goes_on_in_its_own_row(path):
     assert record.busy_seconds == pytest.approx(100 - 0.123456)
 
 
+def test_a_grant_one_restart_could_not_adopt_is_counted_once_when_the_next_one_does(path):
+    """A restart that did not adopt a running server (its GPU was missing at start) closed
+    its row; the next restart finds it running still: the same row goes on, held once."""
+    ledger = Ledger(path)
+    ledger.opened(grant(since=1000.123456), gpus=2)
+    ledger.seen(4600, {})
+    ledger.close_all_but(running=[])
+    again = Ledger(path)
+    again.opened(grant(since=1000.123), gpus=2)
+    again.seen(8200, {})
+    again.ended(ANN.spawner_id, 8200)
+    [record] = again.records(since=0)
+    assert (record.start, record.end) == (1000.123456, 8200)
+
+
 def test_recovery_ends_a_grant_when_docker_says_its_container_stopped(path):
     ledger = Ledger(path)
     ledger.opened(grant(ANN), gpus=2)
