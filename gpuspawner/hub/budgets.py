@@ -10,6 +10,7 @@ the hub's database at that moment, so a group budget follows its members.
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable
+from datetime import UTC, datetime
 from typing import Any
 
 from jupyterhub import orm
@@ -28,12 +29,26 @@ def standing_of(broker: Broker, db: Any, user_id: int, limits: UserLimits) -> St
         return Standing()
     now = broker.clock()
     members = group_members(db, budgets.groups, broker.site.limits.groups)
-    return standing(budgets, user_id, members, last_week(broker, now), now)
+    return standing(budgets, user_id, members, of_users_now(db, last_week(broker, now)), now)
 
 
 def last_week(broker: Broker, now: float) -> list[UsageRecord]:
     """Every grant held at any time in the week up to `now`, from the usage ledger."""
     return broker.ledger.records(since=now - WEEK) if broker.ledger is not None else []
+
+
+def of_users_now(db: Any, records: list[UsageRecord]) -> list[UsageRecord]:
+    """The records whose user id still means the same person: JupyterHub's SQLite database
+    gives a deleted user's id to the next user made, who must not inherit those hours."""
+    ids = {record.user_id for record in records}
+    rows = db.query(orm.User.id, orm.User.created).filter(orm.User.id.in_(ids))
+    since = {user_id: _timestamp(created) for user_id, created in rows if created is not None}
+    return [r for r in records if r.start >= since.get(r.user_id, r.start)]
+
+
+def _timestamp(moment: datetime) -> float:
+    """JupyterHub keeps UTC times without their zone."""
+    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
 
 
 def group_members(
