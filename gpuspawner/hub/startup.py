@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import functools
 import inspect
+import sqlite3
 import time
 from typing import Any
 
@@ -102,6 +103,7 @@ async def start_broker(app: Any, spawner_class: Any = None) -> Broker:
         check_container_settings(spawner, spawner.group_overrides)
         check_overrides(lambda: spawner_class.from_config(app.config), spawner.group_overrides)
         site = GPUSite.from_config(spawner)
+        ledger = _open_ledger(spawner.usage_ledger_file)
     except (GPUConfigError, TraitError) as error:
         app.log.critical("gpuspawner: %s", error)
         app.exit(1)
@@ -113,7 +115,7 @@ async def start_broker(app: Any, spawner_class: Any = None) -> Broker:
         spawner.prefix,
         app.log,
         ignore_containers=spawner.ignore_gpu_containers,
-        ledger=Ledger(spawner.usage_ledger_file),
+        ledger=ledger,
         reserve_after=spawner.line_reserve_after,
         half_life=spawner.usage_half_life_days * 24 * 3600,
     )
@@ -209,6 +211,16 @@ def _limits_of(app: Any, broker: Broker, user_id: int) -> UserLimits | None:
     except KeyError:
         return None
     return broker.site.limits.for_user({g.name for g in user.groups}, bool(user.admin))
+
+
+def _open_ledger(path: str) -> Ledger:
+    try:
+        return Ledger(path)
+    except (sqlite3.Error, OSError) as error:
+        raise GPUConfigError(
+            f"c.GPUSpawner.usage_ledger_file {path!r} cannot be used ({error}): it must be an "
+            "SQLite file the hub can write, in a folder that exists"
+        ) from None
 
 
 def _known_servers(db: Any) -> KnownServers:

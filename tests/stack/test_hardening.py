@@ -196,8 +196,12 @@ def test_any_image_is_offered_as_a_name_to_type_not_as_a_star(hub_factory):
             ' "spawner_override": {"mem_limt": "4G"}}]\n',
             "c.GPUSpawner.profiles[cpu].spawner_override: 'mem_limt' is not a setting",
         ),
+        (
+            'c.GPUSpawner.usage_ledger_file = "/no/such/folder/usage.sqlite"\n',
+            "c.GPUSpawner.usage_ledger_file '/no/such/folder/usage.sqlite' cannot be used",
+        ),
     ],
-    ids=["monitor-interval", "privileged", "dev-mount", "override-typo"],
+    ids=["monitor-interval", "privileged", "dev-mount", "override-typo", "ledger-path"],
 )
 def test_a_config_the_hub_cannot_run_safely_stops_it_with_one_line(hub_factory, config, expected):
     bad = hub_factory("c.GPUSpawner.simulate_gpus = 2\n" + config, start=False)
