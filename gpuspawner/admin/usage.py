@@ -68,18 +68,21 @@ def since_moment(text: str, now: float) -> float:
     """From "7d", "24h", "90m", "2w" (before now) or a date or time such as "2026-11-01",
     "2026-11-01T08:00" (UTC unless it names its offset)."""
     found = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([mhdw])\s*", text)
-    if found:
-        return now - float(found[1]) * UNITS[found[2]]
     try:
-        when = datetime.fromisoformat(text.strip())
-    except ValueError:
+        if found:
+            since = now - float(found[1]) * UNITS[found[2]]
+        else:
+            when = datetime.fromisoformat(text.strip())
+            since = (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp()
+        datetime.fromtimestamp(since, UTC)  # a moment the report can show
+    except (ValueError, OverflowError, OSError):
         raise UsageError(
             f"--since {text!r} is neither a time before now (such as 7d, 24h, 90m, 2w) nor a "
             "date (such as 2026-11-01 or 2026-11-01T08:00, UTC)"
         ) from None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return when.timestamp()
+    if since > now:
+        raise UsageError(f"--since {text!r} is in the future: the report ends now")
+    return since
 
 
 def ledger_path(given: Path | None, config: Path | None) -> Path:

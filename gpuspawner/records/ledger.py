@@ -52,8 +52,14 @@ class Ledger:
         if read_only:
             if not self.path.is_file():
                 raise FileNotFoundError(errno.ENOENT, "no usage ledger", str(self.path))
-            uri = f"{self.path.resolve().as_uri()}?mode=ro"
-            self._db = sqlite3.connect(uri, uri=True, isolation_level=None)
+            uri = self.path.resolve().as_uri()
+            self._db = sqlite3.connect(f"{uri}?mode=ro", uri=True, isolation_level=None)
+            try:
+                self._db.execute("SELECT count(*) FROM grants").fetchone()
+            except sqlite3.OperationalError:  # the hub is down and left no shared-memory file,
+                # which a reader who may not write the folder cannot make: nothing changes it now
+                self._db.close()
+                self._db = sqlite3.connect(f"{uri}?immutable=1", uri=True, isolation_level=None)
             return
         self._db = sqlite3.connect(self.path, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")

@@ -3,10 +3,15 @@
 import csv
 import io
 import json
+import os
+import shutil
+import subprocess
+import tempfile
 import time
+from pathlib import Path
 
 import pytest
-from admintools import gpuspawner
+from admintools import GPUSPAWNER, gpuspawner
 
 from gpuspawner.core.pool import Grant, Holder
 from gpuspawner.records.ledger import Ledger
@@ -90,6 +95,9 @@ def test_the_ledger_can_be_named_and_is_only_read(hubdir, tmp_path):
         ([], "no usage ledger at {here}/gpuspawner-usage.sqlite: run this in the hub's working"),
         (["--ledger", "nothing.sqlite"], "no usage ledger at {here}/nothing.sqlite"),
         (["--since", "last week"], "--since 'last week' is neither a time before now"),
+        (["--since", "800000d"], "--since '800000d' is neither a time before now"),
+        (["--since", "0001-01-01T00:00+05:00"], "--since '0001-01-01T00:00+05:00' is neither"),
+        (["--since", "2999-01-01"], "--since '2999-01-01' is in the future"),
         (["-f", "missing.py"], "missing.py does not exist"),
     ],
 )
@@ -98,3 +106,31 @@ def test_what_cannot_be_read_is_said_and_nothing_is_made(tmp_path, args, message
     assert done.returncode == 1
     assert message.format(here=tmp_path) in done.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.fixture
+def shared_folder():
+    """A folder everyone may read and only root may write (pytest's own are root's only)."""
+    folder = Path(tempfile.mkdtemp(prefix="gpuspawner-test-"))
+    folder.chmod(0o755)
+    yield folder
+    shutil.rmtree(folder)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="runs the report as another user: needs root")
+def test_an_admin_who_may_not_write_the_hubs_folder_reads_the_ledger_while_the_hub_is_down(
+    hubdir, shared_folder
+):
+    """The ledger is in WAL mode; with the hub down, its shared-memory file is gone, and a
+    plain read-only open would need to make one in a folder this admin may not write."""
+    folder = shared_folder
+    shutil.copy(hubdir / "data" / "usage.sqlite", folder / "usage.sqlite")
+    (folder / "usage.sqlite").chmod(0o644)
+    nobody = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
+    if subprocess.run([*nobody, "test", "-x", str(GPUSPAWNER)]).returncode:
+        pytest.skip(f"another user may not run {GPUSPAWNER} (a checkout in a private folder)")
+    command = [*nobody, str(GPUSPAWNER), "usage", "--ledger", str(folder / "usage.sqlite")]
+    done = subprocess.run(command, cwd="/", capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "ann" in done.stdout
+    assert sorted(p.name for p in folder.iterdir()) == ["usage.sqlite"]
