@@ -236,7 +236,8 @@ class UsageCounters:
         now = self.broker.clock()
         counted, self._counted = self._counted, {}
         for grant in self.broker.pool.grants():
-            since = counted.get(grant.key, max(grant.since, self.started))
+            since = max(counted.get(grant.key, self.started), grant.since)  # the server's
+            # last grant may have ended and a new one begun since the last tick
             self._counted[grant.key] = now
             seconds = float(grant.weight) * max(0.0, now - since)
             if not seconds:

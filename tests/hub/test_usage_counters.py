@@ -56,3 +56,23 @@ def test_a_shared_slot_counts_its_share_of_a_gpu():
     clock[0] = 1020.0
     counters(Observation({}, [], busy={slot.key: True}))
     assert counted("held", "slots") - before == 5
+
+
+def test_a_server_restarted_between_two_ticks_counts_only_what_it_held():
+    clock = [1000.0]
+    site = GPUSite.from_config(GPUSettings(simulate_gpus=1))
+    broker = Broker(
+        site, engine.DockerEngine(None), "hub", logging.getLogger("t"), clock=lambda: clock[0]
+    )
+    counters = UsageCounters(broker)
+    before = counted("held", "restarts")
+    ann = Holder(1, 10, "ann")
+    first = broker.reserve(ann, 1, admit=lambda usage, weight: "restarts")
+    clock[0] = 1010.0
+    counters(Observation({}, [], busy={}))  # 10 s held
+    broker.pool.release(first.key)
+    clock[0] = 1016.0
+    broker.reserve(ann, 1, admit=lambda usage, weight: "restarts")  # the same server again
+    clock[0] = 1020.0
+    counters(Observation({}, [], busy={}))  # 4 s of the new grant; nothing was held for 6 s
+    assert counted("held", "restarts") - before == 14
