@@ -170,7 +170,8 @@ class Standing:
             )
         else:
             once_stopped = _latest(spent.frees_once_stopped for spent in blocking)
-            running = "your" if first.key == PER_USER else "the group's"
+            endless = [spent for spent in blocking if spent.frees_at is None]
+            running = "your" if all(spent.key == PER_USER for spent in endless) else "the group's"
             text += f" While {running} GPU servers run, it stays used up"
             if once_stopped is not None:
                 text += (

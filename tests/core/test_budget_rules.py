@@ -142,6 +142,17 @@ def test_a_running_server_that_keeps_the_budget_used_up_is_named():
     )
 
 
+def test_a_budget_kept_used_up_by_other_members_servers_says_so():
+    """Ann's own budget frees up with time; the group's stays used up while bob's runs."""
+    records = [
+        held(start=NOW - 2 * DAY, end=NOW - 2 * DAY + 3 * HOUR),
+        held(user=BOB, start=NOW - 3 * HOUR),
+    ]
+    limits = budgets(per_user=3, groups={"students": 5})
+    refusal = standing(limits, ANN, {"students": frozenset({ANN, BOB})}, records, NOW)
+    assert "While the group's GPU servers run, it stays used up" in str(refusal.refusal(NOW))
+
+
 def test_a_budget_of_zero_says_gpus_are_not_for_this_user():
     refusal = standing(budgets(per_user=0), ANN, {}, [], NOW).refusal(NOW)
     assert str(refusal) == (
