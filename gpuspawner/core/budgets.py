@@ -26,7 +26,7 @@ members. The rules (README, "Budgets"):
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from .limits import Budgets, LimitExceeded
@@ -42,13 +42,9 @@ class BudgetExceeded(LimitExceeded):
     """A GPU start refused because a GPU-hour budget is used up."""
 
 
-def used(
-    records: Sequence[UsageRecord],
-    now: float,
-    include: Callable[[UsageRecord], bool] = lambda record: True,
-) -> float:
-    """GPU-hours the `include`d records held in the week up to `now`."""
-    return gpu_hours_between(records, now - WEEK, now, include)
+def used(records: Sequence[UsageRecord], now: float) -> float:
+    """GPU-hours the records held in the week up to `now`."""
+    return gpu_hours_between(records, now - WEEK, now)
 
 
 def frees_at(records: Sequence[UsageRecord], now: float, budget: float) -> float | None:

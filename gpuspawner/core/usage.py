@@ -56,17 +56,10 @@ def decayed_gpu_hours(
     return used
 
 
-def gpu_hours_between(
-    records: Iterable[UsageRecord],
-    since: float,
-    now: float,
-    include: Callable[[UsageRecord], bool] = lambda record: True,
-) -> float:
-    """GPU-hours the `include`d records held between `since` and `now`."""
+def gpu_hours_between(records: Iterable[UsageRecord], since: float, now: float) -> float:
+    """GPU-hours the records held between `since` and `now`."""
     total = 0.0
     for record in records:
-        if not include(record):
-            continue
         start = max(record.start, since)
         end = min(record.end if record.end is not None else now, now)
         if end > start:
