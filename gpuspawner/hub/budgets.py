@@ -22,14 +22,23 @@ from ..core.words import DEFAULT_GROUP
 from .broker import Broker
 
 
-def standing_of(broker: Broker, db: Any, user_id: int, limits: UserLimits) -> Standing:
-    """Where one user stands against each budget that applies to them, now."""
+def standing_of(
+    broker: Broker,
+    db: Any,
+    user_id: int,
+    limits: UserLimits,
+    week: list[UsageRecord] | None = None,
+) -> Standing:
+    """Where one user stands against each budget that applies to them, now. `week`: the
+    ledger's last week, already read (`of_users_now(db, last_week(…))`), else read here."""
     budgets = limits.budgets
     if not budgets.any:
         return Standing()
     now = broker.clock()
     members = group_members(db, budgets.groups, broker.site.limits.groups)
-    return standing(budgets, user_id, members, of_users_now(db, last_week(broker, now)), now)
+    if week is None:
+        week = of_users_now(db, last_week(broker, now))
+    return standing(budgets, user_id, members, week, now)
 
 
 def last_week(broker: Broker, now: float) -> list[UsageRecord]:

@@ -18,13 +18,14 @@ server does not keep its idle neighbours from being culled.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from jupyterhub.utils import utcnow
 
 from ..core.culling import Verdict, decide
 from ..core.pool import Grant
+from ..core.usage import UsageRecord
 from . import budgets
 from .broker import Broker
 from .monitor import Observation
@@ -35,12 +36,14 @@ class Reclaimer:
     app: Any  # the JupyterHub application
     broker: Broker
     log: logging.Logger
+    _week: list[UsageRecord] | None = field(default=None, init=False, repr=False)
 
     async def __call__(self, observation: Observation) -> None:
         broker = self.broker
         now = broker.clock()
         grants = [g for g in broker.pool.grants() if not g.stopping]
         broker.idle.forget_all_but(g.key for g in grants)
+        self._week = None  # the ledger's last week, read once a tick if a budget needs it
         for grant in grants:
             busy = observation.busy.get(grant.key)
             broker.idle.update(grant.key, busy, now)
@@ -65,7 +68,10 @@ class Reclaimer:
             now,
         )
         if verdict is None and grant.uuids and limits.budgets.stop:
-            standing = budgets.standing_of(self.broker, self.app.db, user.id, limits)
+            if self._week is None:
+                week = budgets.last_week(self.broker, now)
+                self._week = budgets.of_users_now(self.app.db, week)
+            standing = budgets.standing_of(self.broker, self.app.db, user.id, limits, self._week)
             reason = standing.stop_reason()
             verdict = Verdict(grant.key, reason) if reason else None
         return verdict
