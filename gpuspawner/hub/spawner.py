@@ -196,7 +196,8 @@ class GPUSpawner(GPUSettings, DockerSpawner):
     def _preselected(self) -> str | None:
         """The profile a link asked for, else the one this server had last time."""
         request = getattr(self.handler, "request", None)
-        asked = request.query_arguments.get("profile") if request is not None else None
+        query = request.query_arguments if request is not None else {}
+        asked = query.get("opt-profile") or query.get("profile")  # JupyterHub's new style, or old
         if asked:
             return asked[0].decode("utf-8", "replace")
         return (self.orm_spawner.user_options or {}).get("profile")

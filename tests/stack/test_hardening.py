@@ -131,6 +131,13 @@ def test_a_link_on_another_site_starts_nothing(hub: Hub, evil: EvilSite, browser
     error = browser.find_element(By.CSS_SELECTOR, ".spawn-error-msg").text
     assert "A link cannot start a server" in error
     assert browser.find_element(By.CSS_SELECTOR, 'input[value="gpu-1"]').is_selected()
+    browser.get(f"{hub.url}/hub/spawn/alice?opt-profile=cpu")  # JupyterHub's newer spelling
+    assert (
+        "A link cannot start a server"
+        in browser.find_element(By.CSS_SELECTOR, ".spawn-error-msg").text
+    )
+    assert browser.find_element(By.CSS_SELECTOR, 'input[value="cpu"]').is_selected()
+    browser.get(f"{hub.url}/hub/spawn/alice?profile=gpu-1")
     browser.find_element(By.CSS_SELECTOR, "#spawn_form button[type=submit]").click()
     hub.wait_started_by_browser("alice")
     assert len(hub.held_uuids("alice")) == 1
