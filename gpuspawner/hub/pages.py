@@ -38,9 +38,10 @@ class PoolReport:
 
 
 class PoolAPIHandler(PoolReport, APIHandler):
-    """GET /hub/api/gpus: every GPU, its state, telemetry, health and holder."""
+    """GET /hub/api/gpus: every GPU, its state, telemetry, health and holder. For anyone who
+    may read every server (read:servers, unfiltered): a dashboard's token needs no more."""
 
-    @needs_scope("admin:servers")
+    @needs_scope("read:servers")
     def get(self) -> None:
         self.set_header("Content-Type", "application/json")
         self.write(json.dumps(self.report()))

@@ -20,14 +20,20 @@ c.GPUSpawner.profiles = [
     {{"display_name": "4 GPUs", "slug": "gpu-4", "gpus": 4}},
 ]
 c.GPUSpawner.group_limits = {{"students": {{"max_gpus_group": 3}}}}
+# a dashboard's token: it may read every server, and change none
+c.JupyterHub.services.append({{"name": "dashboard", "api_token": {dashboard!r}}})
+c.JupyterHub.load_roles.append(
+    {{"name": "dashboard", "scopes": ["read:servers"], "services": ["dashboard"]}}
+)
 """
+DASHBOARD_TOKEN = "dashboard-token-0123456789abcdef"
 
 
 @pytest.fixture(scope="module")
 def hub(hub_factory, tmp_path_factory) -> Hub:
     load = tmp_path_factory.mktemp("load") / "load.json"
     load.write_text(json.dumps({"0": {"temperature_celsius": 83.5, "utilization_percent": 64}}))
-    hub = hub_factory(CONFIG.format(load=str(load)))
+    hub = hub_factory(CONFIG.format(load=str(load), dashboard=DASHBOARD_TOKEN))
     hub.add_users("ann", "bob", "admin", groups={"students": ["ann"]})
     hub.spawn_ready("ann", profile="gpu-2")
     hub.spawn_ready("bob", "train", profile="gpu-1")
@@ -66,6 +72,14 @@ def test_non_admins_are_refused_the_page_and_the_json(hub: Hub):
     assert requests.get(f"{hub.url}/hub/api/gpus", timeout=10).status_code == 403
     home = session.get(f"{hub.url}/hub/home").text
     assert 'href="/hub/gpus"' not in home
+
+
+def test_a_read_only_token_reads_the_json_and_changes_nothing(hub: Hub):
+    dashboard = {"Authorization": f"token {DASHBOARD_TOKEN}"}
+    found = requests.get(f"{hub.url}/hub/api/gpus", headers=dashboard, timeout=10)
+    assert found.status_code == 200 and len(found.json()["gpus"]) == 4
+    removal = requests.delete(f"{hub.url}/hub/api/gpus/waiting/1", headers=dashboard, timeout=10)
+    assert removal.status_code == 403
 
 
 def test_an_admin_sees_the_holders_and_stops_one_from_the_page(hub: Hub, browser):
