@@ -19,13 +19,18 @@ def counted(kind: str, group: str) -> float:
     return value or 0.0
 
 
-def test_each_tick_adds_the_gpu_seconds_held_and_the_busy_ones_by_quota_group():
+def counting(**settings):
+    """A broker on simulated GPUs with a clock the test moves, and its counters."""
     clock = [1000.0]
-    site = GPUSite.from_config(GPUSettings(simulate_gpus=4))
+    site = GPUSite.from_config(GPUSettings(**settings))
     broker = Broker(
         site, engine.DockerEngine(None), "hub", logging.getLogger("t"), clock=lambda: clock[0]
     )
-    counters = UsageCounters(broker)
+    return clock, broker, UsageCounters(broker)
+
+
+def test_each_tick_adds_the_gpu_seconds_held_and_the_busy_ones_by_quota_group():
+    clock, broker, counters = counting(simulate_gpus=4)
     before = {(k, g): counted(k, g) for k in ("held", "busy") for g in ("class-a", "(none)")}
     ann = broker.reserve(Holder(1, 10, "ann"), 2, admit=lambda usage, weight: "class-a")
     bob = broker.reserve(Holder(2, 11, "bob"), 1, admit=lambda usage, weight: None)
@@ -45,12 +50,7 @@ def test_each_tick_adds_the_gpu_seconds_held_and_the_busy_ones_by_quota_group():
 
 def test_a_shared_slot_counts_its_share_of_a_gpu():
     """GPU-seconds are GPU-equivalents × seconds: a slot of a GPU shared by 4 counts 1/4."""
-    clock = [1000.0]
-    site = GPUSite.from_config(GPUSettings(simulate_gpus=1, shared_gpus={0: 4}))
-    broker = Broker(
-        site, engine.DockerEngine(None), "hub", logging.getLogger("t"), clock=lambda: clock[0]
-    )
-    counters = UsageCounters(broker)
+    clock, broker, counters = counting(simulate_gpus=1, shared_gpus={0: 4})
     before = counted("held", "slots")
     slot = broker.reserve(Holder(1, 10, "ann"), Request(shared=True), admit=lambda u, w: "slots")
     clock[0] = 1020.0
@@ -59,12 +59,7 @@ def test_a_shared_slot_counts_its_share_of_a_gpu():
 
 
 def test_a_server_restarted_between_two_ticks_counts_only_what_it_held():
-    clock = [1000.0]
-    site = GPUSite.from_config(GPUSettings(simulate_gpus=1))
-    broker = Broker(
-        site, engine.DockerEngine(None), "hub", logging.getLogger("t"), clock=lambda: clock[0]
-    )
-    counters = UsageCounters(broker)
+    clock, broker, counters = counting(simulate_gpus=1)
     before = counted("held", "restarts")
     ann = Holder(1, 10, "ann")
     first = broker.reserve(ann, 1, admit=lambda usage, weight: "restarts")
