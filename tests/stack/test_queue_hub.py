@@ -95,14 +95,24 @@ def pending_message(browser, hub: Hub, user: str, containing: str) -> str:
 
 
 def progress_end(hub: Hub, user: str, server: str = "") -> dict:
-    """The last event of a spawn's progress stream (ready or failed), as the page gets it."""
+    """The last event of a spawn's progress stream (ready or failed), as the page gets it.
+
+    JupyterHub stops a failed start before its failure is settled; in between, the stream
+    answers 400 ("not starting"), and is asked again once that stop has ended."""
     path = f"/users/{user}/servers/{server}/progress"
-    with hub.api("GET", path, stream=True) as events:
-        for raw in events.iter_lines():
-            if raw.startswith(b"data:"):
-                event = json.loads(raw[5:])
-                if event.get("ready") or event.get("failed"):
-                    return event
+    for _ in range(2):
+        with hub.api("GET", path, stream=True) as events:
+            if events.status_code == 400:
+                hub.wait_for(
+                    lambda: (hub.server_model(user, server) or {}).get("pending") != "stop",
+                    what=f"the stop after {user}'s failed start",
+                )
+                continue
+            for raw in events.iter_lines():
+                if raw.startswith(b"data:"):
+                    event = json.loads(raw[5:])
+                    if event.get("ready") or event.get("failed"):
+                        return event
     raise AssertionError("the progress stream ended without a last event")
 
 
