@@ -95,6 +95,10 @@ class IdleClock:
         else:
             self.idle_since.pop(key, None)
 
+    def forget(self, key: int) -> None:
+        """A server's new grant: whatever its last one was idle for does not count."""
+        self.idle_since.pop(key, None)
+
     def forget_all_but(self, keys: Iterable[int]) -> None:
         kept = set(keys)
         for key in list(self.idle_since):

@@ -288,6 +288,7 @@ class Broker:
     def reserve(self, holder: Holder, request: Request | int, admit: Admission) -> Grant:
         """GPUs for a starting server (NotEnoughGPUs, or what `admit` raises, refuses)."""
         grant = self.pool.allocate(holder, request, admit)
+        self.idle.forget(grant.key)  # a server stopped and started between two ticks
         if grant.units and self.ledger is not None:
             self.ledger.opened(grant, float(grant.weight))
         return grant
