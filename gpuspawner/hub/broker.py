@@ -122,7 +122,9 @@ class Broker:
         Broker._current = self
 
     async def shutdown(self) -> None:
-        """Stop the monitor and pending removals, and forget this broker (tests, hub exit)."""
+        """Stop the monitor and pending removals, and forget this broker: for tests, which
+        start several hubs in one process. A hub's exit needs none of it (each ledger
+        change is committed as it happens; the line is closed by `hub.startup`)."""
         for stop in self.stoppables:
             stop()
         for task in list(self._removing.values()):
@@ -143,10 +145,12 @@ class Broker:
     ) -> None:
         """At hub start: adopt the GPUs of our running servers, and keep everyone else's out.
 
-        A container whose labels do not parse, a server the database does not
-        say runs, and a second server claiming a GPU another holds are not
-        adopted: one log line each names the container, and its GPUs stay out
-        of the pool as used outside JupyterHub for as long as it runs.
+        A container whose labels do not parse, another hub's, and a second
+        server claiming a GPU another holds are not adopted: one log line each
+        names the container, and its GPUs stay out of the pool as used outside
+        JupyterHub for as long as it runs. A server of ours that the database
+        says ended (its removal was never confirmed before the hub stopped) is
+        ended now: its GPUs stay held, stopping, and the monitor removes it.
         Adoption happens only here: later, a periodic adoption could
         resurrect a server that just stopped. `stopped_at`: when Docker says
         servers' containers stopped while the hub was away (its event log), for
@@ -163,11 +167,14 @@ class Broker:
                 continue
             if not (container.running and self.is_ours(container)):
                 continue
-            ids = known.ids_of(container)
-            if ids is None:
-                continue  # the database does not say it runs: outside JupyterHub's books
             labels = container.server
             assert labels is not None
+            ids = known.ids_of(container)
+            ending = ids is None  # JupyterHub says it ended: a removal Docker never confirmed
+            if ids is None:  # (or a start the hub before this one forgot)
+                if labels.spawner_id is None or labels.user_id is None:
+                    continue  # labelled by gpuspawner 0.1: kept out while it runs
+                ids = (labels.spawner_id, labels.user_id)
             holder = Holder(ids[0], ids[1], labels.user, labels.server)
             try:
                 grant = self.pool.adopt(
@@ -182,6 +189,16 @@ class Broker:
                 )
                 continue
             self._containers.setdefault(grant.key, set()).add(container.id)
+            if ending:
+                self.pool.begin_release(grant.key)
+                self.log.warning(
+                    "gpuspawner: container %s runs, but JupyterHub says %s ended: it is "
+                    "removed, and GPU(s) %s stay held (stopping) until Docker confirms it gone",
+                    container.name,
+                    holder.name,
+                    ", ".join(grant.ids) or "none",
+                )
+                continue
             self.log.info(
                 "gpuspawner: %s keeps GPU(s) %s (running container %s)",
                 holder.name,

@@ -82,12 +82,31 @@ def test_recovery_adopts_known_servers_and_keeps_everything_else_out():
     assert broker.pool.external_user(u[2]) == "container other-zed"
 
 
-def test_a_server_the_database_does_not_know_is_not_adopted():
+class Removals:
+    """An engine that records what it is asked to remove, and confirms nothing gone."""
+
+    def __init__(self):
+        self.asked = []
+
+    def remove_server(self, hub, spawner_id, container_ids=()):
+        self.asked.append((hub, spawner_id, container_ids))
+        return False
+
+
+async def test_a_server_the_database_says_ended_is_removed_its_gpus_held_until_gone():
+    """Its removal was never confirmed before the hub stopped: the new hub goes on with it."""
     broker = broker_with(2)
+    broker.engine = engine_calls = Removals()
     u = broker.pool.ids
     broker.recover([ours(ANN, (u[0],), "jupyter-ann")], known())
-    assert broker.pool.grants() == []
-    assert broker.pool.states()[u[0]] is DeviceState.EXTERNAL
+    [grant] = broker.pool.grants()
+    assert grant.stopping and grant.holder == ANN
+    assert broker.pool.states()[u[0]] is DeviceState.STOPPING
+    broker.retry_removals()  # as each monitor tick does
+    await broker._removing[ANN.spawner_id]
+    assert engine_calls.asked == [(HUB, ANN.spawner_id, ("jupyter-ann",))]
+    assert broker.pool.states()[u[0]] is DeviceState.STOPPING  # Docker did not confirm it
+    broker.executor.shutdown(wait=False)
 
 
 def test_unreadable_labels_are_logged_and_their_gpus_kept_out(caplog):
