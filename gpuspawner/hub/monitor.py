@@ -108,6 +108,15 @@ class Monitor:
         return Observation(telemetry, containers, None, owners, layout)
 
     def apply(self, observation: Observation) -> None:
+        """Each step on its own: one that fails (a full disk under the ledger) is logged
+        and costs only itself, never the removals or the watch for outside use."""
+        for step in (self._follow_gpus, self._record_use, self._follow_containers):
+            try:
+                step(observation)
+            except Exception:
+                self.log.exception("gpuspawner: monitor step %s failed", step.__name__)
+
+    def _follow_gpus(self, observation: Observation) -> None:
         broker = self.broker
         if observation.layout is not None:
             broker.follow_layout(observation.layout)
@@ -116,12 +125,18 @@ class Monitor:
         for grant in broker.pool.grants():
             if not grant.stopping:
                 observation.busy[grant.key] = self._busy(grant, observation)
+
+    def _record_use(self, observation: Observation) -> None:
+        broker = self.broker
         if broker.ledger is not None:
             now = broker.clock()
             broker.ledger.seen(now, observation.busy)
             if now - self._pruned >= PRUNE_EVERY:
                 broker.ledger.forget_before(now - self.usage_retention_seconds)
                 self._pruned = now
+
+    def _follow_containers(self, observation: Observation) -> None:
+        broker = self.broker
         broker.retry_removals()
         if observation.containers is None:
             self.log.warning(
