@@ -9,7 +9,7 @@ the hub's database at that moment, so a group budget follows its members.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -28,14 +28,17 @@ def standing_of(
     user_id: int,
     limits: UserLimits,
     week: list[UsageRecord] | None = None,
+    members: Mapping[str, frozenset[int]] | None = None,
 ) -> Standing:
     """Where one user stands against each budget that applies to them, now. `week`: the
-    ledger's last week, already read (`of_users_now(db, last_week(…))`), else read here."""
+    ledger's last week, already read (`of_users_now(db, last_week(…))`), and `members`,
+    those of the budgets' groups (`group_members`); else each is read here."""
     budgets = limits.budgets
     if not budgets.any:
         return Standing()
     now = broker.clock()
-    members = group_members(db, budgets.groups, broker.site.limits.groups)
+    if members is None:
+        members = group_members(db, budgets.groups, broker.site.limits.groups)
     if week is None:
         week = of_users_now(db, last_week(broker, now))
     return standing(budgets, user_id, members, week, now)

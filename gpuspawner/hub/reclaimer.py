@@ -17,6 +17,7 @@ server does not keep its idle neighbours from being culled.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,14 +37,18 @@ class Reclaimer:
     app: Any  # the JupyterHub application
     broker: Broker
     log: logging.Logger
+    # Read once a tick, where a budget needs them: the ledger's last week, and groups' members.
     _week: list[UsageRecord] | None = field(default=None, init=False, repr=False)
+    _members: dict[str, frozenset[int]] = field(default_factory=dict, init=False, repr=False)
+    # The stops under way, by grant key: they run beside the monitor's ticks, not in them.
+    _stopping: dict[int, asyncio.Task[None]] = field(default_factory=dict, init=False, repr=False)
 
     async def __call__(self, observation: Observation) -> None:
         broker = self.broker
         now = broker.clock()
         grants = [g for g in broker.pool.grants() if not g.stopping]
         broker.idle.forget_all_but(g.key for g in grants)
-        self._week = None  # the ledger's last week, read once a tick if a budget needs it
+        self._week, self._members = None, {}
         for grant in grants:
             busy = observation.busy.get(grant.key)
             broker.idle.update(grant.key, busy, now)
@@ -54,8 +59,10 @@ class Reclaimer:
             if busy:
                 self._record_activity(user, grant.holder.server)
             verdict = self._verdict(user, grant, now)
-            if verdict is not None:
-                await self._stop(user, grant.holder.server, verdict, now)
+            if verdict is not None and grant.key not in self._stopping:
+                self._stopping[grant.key] = asyncio.ensure_future(
+                    self._stop(user, grant, verdict, now)
+                )
 
     def _verdict(self, user: Any, grant: Grant, now: float) -> Verdict | None:
         limits = self.broker.site.limits.for_user({g.name for g in user.groups}, bool(user.admin))
@@ -68,10 +75,15 @@ class Reclaimer:
             now,
         )
         if verdict is None and grant.uuids and limits.budgets.stop:
+            db = self.app.db
             if self._week is None:
-                week = budgets.last_week(self.broker, now)
-                self._week = budgets.of_users_now(self.app.db, week)
-            standing = budgets.standing_of(self.broker, self.app.db, user.id, limits, self._week)
+                self._week = budgets.of_users_now(db, budgets.last_week(self.broker, now))
+            groups = limits.budgets.groups
+            listed = self.broker.site.limits.groups
+            missing = [g for g in groups if g not in self._members]
+            self._members.update(budgets.group_members(db, missing, listed))
+            members = {g: self._members[g] for g in groups}
+            standing = budgets.standing_of(self.broker, db, user.id, limits, self._week, members)
             reason = standing.stop_reason()
             verdict = Verdict(grant.key, reason) if reason else None
         return verdict
@@ -86,10 +98,19 @@ class Reclaimer:
             user.orm_user.last_activity = moment
         self.app.db.commit()
 
-    async def _stop(self, user: Any, server: str, verdict: Verdict, now: float) -> None:
+    async def _stop(self, user: Any, grant: Grant, verdict: Verdict, now: float) -> None:
+        try:
+            await self._stop_server(user, grant, verdict, now)
+        finally:
+            self._stopping.pop(grant.key, None)
+
+    async def _stop_server(self, user: Any, grant: Grant, verdict: Verdict, now: float) -> None:
+        server = grant.holder.server
         spawner = user.spawners.get(server)
         if spawner is None or not spawner.ready:
             return  # starting or already stopping: look again next tick
+        if self.broker.pool.grant_of(grant.key) is not grant:
+            return  # it stopped, and maybe started again, since the verdict: not this server
         spawner.note_stop(now, verdict.reason)
         self.log.warning("gpuspawner: stopping %s: %s", spawner._log_name, verdict.reason)
         try:

@@ -1,0 +1,114 @@
+"""Culling stops beside the monitor's ticks: on the server they were judged on, never on one
+that started since, and with a fresh idle clock for every new grant."""
+
+import asyncio
+import logging
+import sqlite3
+from types import SimpleNamespace
+
+from gpuspawner.config.settings import GPUSettings
+from gpuspawner.config.site import GPUSite
+from gpuspawner.core.pool import DeviceState, Holder
+from gpuspawner.engine import docker as engine
+from gpuspawner.hub.broker import Broker
+from gpuspawner.hub.monitor import Monitor, Observation
+from gpuspawner.hub.reclaimer import Reclaimer
+
+LOG = logging.getLogger("test")
+ANN = Holder(1, 10, "ann")
+HOUR = 3600.0
+
+
+def broker_at(now: list[float], **limits) -> Broker:
+    site = GPUSite.from_config(GPUSettings(simulate_gpus=2, default_limits=limits))
+    return Broker(site, engine.DockerEngine(None), "jupyter", LOG, clock=lambda: now[0])
+
+
+class Hub:
+    """JupyterHub as the reclaimer sees it: users, their spawners, and stops it can hold."""
+
+    def __init__(self):
+        self.stops, self.release = [], asyncio.Event()
+        self.spawner = SimpleNamespace(ready=True, _log_name="ann", note_stop=lambda *a: None)
+        user = SimpleNamespace(
+            id=ANN.user_id, name="ann", groups=[], admin=False, spawners={"": self.spawner}
+        )
+        user.stop = self.stop
+        self.users = {ANN.user_id: user}
+        self.proxy = SimpleNamespace(delete_user=self.nothing)
+
+    async def nothing(self, *args):
+        return None
+
+    async def stop(self, server):
+        self.stops.append(server)
+        await self.release.wait()
+
+
+def admit(usage, weight):
+    return None
+
+
+async def test_a_stop_runs_beside_the_ticks_and_only_once():
+    now = [1000.0]
+    broker = broker_at(now, max_age=HOUR)
+    hub = Hub()
+    reclaimer = Reclaimer(hub, broker, LOG)
+    broker.reserve(ANN, 1, admit)
+    now[0] += 2 * HOUR
+    await asyncio.wait_for(reclaimer(Observation({}, [])), 1)  # returns with the stop running
+    await asyncio.sleep(0)
+    await asyncio.wait_for(reclaimer(Observation({}, [])), 1)  # the next tick: no second stop
+    await asyncio.sleep(0)
+    assert hub.stops == [""]
+    hub.release.set()
+    await asyncio.sleep(0)
+    broker.executor.shutdown(wait=False)
+
+
+async def test_a_server_that_started_again_since_the_verdict_is_not_stopped():
+    now = [1000.0]
+    broker = broker_at(now, max_age=HOUR)
+    hub = Hub()
+    hub.release.set()
+    reclaimer = Reclaimer(hub, broker, LOG)
+    old = broker.reserve(ANN, 1, admit)
+    now[0] += 2 * HOUR
+    await reclaimer(Observation({}, []))  # judged over its max_age; its stop is on its way
+    broker.pool.release(old.key)  # meanwhile it stopped, and started again
+    broker.reserve(ANN, 1, admit)
+    await asyncio.sleep(0)
+    assert hub.stops == []
+    broker.executor.shutdown(wait=False)
+
+
+def test_a_new_grant_of_the_same_server_starts_a_fresh_idle_clock():
+    now = [1000.0]
+    broker = broker_at(now)
+    old = broker.reserve(ANN, 1, admit)
+    broker.idle.update(old.key, False, now[0])  # idle since 1000
+    broker.pool.release(old.key)  # stopped and started again between two ticks
+    broker.reserve(ANN, 1, admit)
+    assert old.key not in broker.idle.idle_since
+
+
+def test_a_ledger_that_fails_costs_the_tick_nothing_else():
+    """A full disk under the ledger: GPUs used outside JupyterHub are still kept out."""
+    now = [1000.0]
+    broker = broker_at(now)
+    broker.ledger = SimpleNamespace(seen=full_disk)
+    outside = engine.seen(
+        {
+            "Id": "job",
+            "Name": "/job",
+            "Config": {"Labels": {}, "Image": "job"},
+            "State": {"Running": True},
+            "HostConfig": {"DeviceRequests": engine.device_requests([broker.pool.ids[0]])},
+        }
+    )
+    Monitor(broker, LOG).apply(Observation({}, [outside]))
+    assert broker.pool.states()[broker.pool.ids[0]] is DeviceState.EXTERNAL
+
+
+def full_disk(*args):
+    raise sqlite3.OperationalError("database or disk is full")
