@@ -160,3 +160,18 @@ def test_two_known_servers_claiming_one_gpu_are_named_and_keep_it_out(hub: Hub):
     hub.stop_server("ann")
     hub.stop_server("bob")
     hub.wait_for(lambda: hub.pool()["free"] == 4, what="both GPUs back once both containers went")
+
+
+def test_a_container_of_this_hub_that_jupyterhub_says_ended_is_removed_at_start(hub: Hub):
+    """As when a removal Docker had not confirmed was under way when the hub stopped: the
+    restarted hub finishes it, holding the GPU (stopping) until Docker confirms it gone."""
+    gpu = hub.pool()["gpus"][0]["uuid"]
+    hub.kill()
+    name = stray(hub, "left-over", gpu)
+    since = restart(hub)
+    hub.wait_for(
+        lambda: not hub.docker.containers.list(all=True, filters={"name": name}),
+        what="the leftover container removed",
+    )
+    hub.wait_for(lambda: hub.gpu_states()[gpu] == "free", what="its GPU back in the pool")
+    assert f"container {name} runs, but JupyterHub says ghost/left-over ended" in hub.log()[since:]
