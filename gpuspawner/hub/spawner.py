@@ -303,6 +303,7 @@ class GPUSpawner(GPUSettings, DockerSpawner):
         try:
             return await asyncio.wait_for(super().start(), timeout)
         except TimeoutError:
+            await self._remove_failed_start()
             raise _failed(
                 f"{your_server(self.name).capitalize()} did not start within {duration(timeout)} "
                 "of getting its GPUs (start_timeout); they go back to the pool. Try again; if "
@@ -310,6 +311,16 @@ class GPUSpawner(GPUSettings, DockerSpawner):
                 "timeout",
                 500,
             ) from None
+        except Exception:
+            await self._remove_failed_start()
+            raise
+
+    async def _remove_failed_start(self) -> None:
+        """A start that failed answers its user only once its container is confirmed gone and
+        its GPUs are back: JupyterHub stops a server that failed to start only if it runs."""
+        removal = self._release_when_gone(self.object_id, getattr(self, "_create_in_flight", None))
+        if removal is not None:
+            await asyncio.wait([removal])
 
     def _mounts(self) -> list[storage.Mount]:
         return storage.mounts(
