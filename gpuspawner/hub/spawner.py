@@ -302,8 +302,7 @@ class GPUSpawner(GPUSettings, DockerSpawner):
         timeout = self._start_timeout_base or int(getattr(self, "start_timeout"))  # noqa: B009
         try:
             return await asyncio.wait_for(super().start(), timeout)
-        except TimeoutError:
-            await self._remove_failed_start()
+        except TimeoutError:  # its GPUs return once Docker's stuck call ends and the container goes
             raise _failed(
                 f"{your_server(self.name).capitalize()} did not start within {duration(timeout)} "
                 "of getting its GPUs (start_timeout); they go back to the pool. Try again; if "
@@ -316,8 +315,8 @@ class GPUSpawner(GPUSettings, DockerSpawner):
             raise
 
     async def _remove_failed_start(self) -> None:
-        """A start that failed answers its user only once its container is confirmed gone and
-        its GPUs are back: JupyterHub stops a server that failed to start only if it runs."""
+        """A start Docker refused answers its user only once its container is confirmed gone
+        and its GPUs are back: JupyterHub stops a server that failed to start only if it runs."""
         removal = self._release_when_gone(self.object_id, getattr(self, "_create_in_flight", None))
         if removal is not None:
             await asyncio.wait([removal])
