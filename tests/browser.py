@@ -39,11 +39,14 @@ def chromium() -> webdriver.Chrome:
 
 def log_in(driver: webdriver.Chrome, hub_url: str, user: str, password: str) -> None:
     from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
 
     driver.get(f"{hub_url}/hub/login")
     driver.find_element(By.ID, "username_input").send_keys(user)
     driver.find_element(By.ID, "password_input").send_keys(password)
     driver.find_element(By.ID, "login_submit").click()
+    # Logged in once the hub has answered the form: a page asked for sooner may find no cookie.
+    WebDriverWait(driver, 30).until(lambda d: "/hub/login" not in d.current_url)
 
 
 def screenshot_for_docs(driver: webdriver.Chrome, name: str) -> Path:
