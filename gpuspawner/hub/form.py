@@ -146,8 +146,8 @@ def profile_rows(
     }
     max_wait = limits.max_wait
     notes = {
-        slug: f"{reason} You would wait in line, at most {duration(max_wait.value)} "
-        f"(max_wait{from_group(max_wait.group)})."
+        slug: f"{reason} If you start it now, you wait in line, "
+        f"at most {duration(max_wait.value)} (max_wait{from_group(max_wait.group)})."
         for slug, (reason, waitable) in blocked.items()
         if reason and waitable and max_wait.value
     }

@@ -203,8 +203,8 @@ def test_where_the_user_may_wait_a_full_pool_greys_nothing_out_and_says_so():
     by_slug = {row.slug: row for row in rows}
     assert by_slug["gpu-2"].reason == ""
     assert by_slug["gpu-2"].note == (
-        "Needs 2 free GPU(s); 1 free right now. You would wait in line, at most 30 min "
-        "(max_wait of group researchers)."
+        "Needs 2 free GPU(s); 1 free right now. If you start it now, you wait in line, "
+        "at most 30 min (max_wait of group researchers)."
     )
     assert by_slug["gpu-2"].waiting == 3 and by_slug["gpu-1"].waiting == 0
     html = form.render([], free=1, total=4, model="", rows=rows, holdings="", images=[], notices=[])

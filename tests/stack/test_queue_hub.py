@@ -129,7 +129,7 @@ def test_waiters_line_up_by_priority_then_recent_use_then_arrival(hub: Hub, brow
     log_in(browser, hub.url, "vera", PASSWORD)
     browser.get(f"{hub.url}/hub/spawn/vera")
     note = browser.find_element(By.CSS_SELECTOR, "[data-testid=profile-gpu-1] .gpu-note").text
-    assert "You would wait in line, at most 15 min (max_wait of group vip)." in note
+    assert "If you start it now, you wait in line, at most 15 min (max_wait of group vip)." in note
     assert browser.find_element(By.CSS_SELECTOR, "[data-testid=waiting-gpu-1]").text == "2 waiting"
     browser.find_element(By.CSS_SELECTOR, "#spawn_form button[type=submit]").click()
     WebDriverWait(browser, 30).until(expected_conditions.url_contains("/spawn-pending/vera"))
