@@ -45,6 +45,7 @@ LABEL_GPUS = LABEL_PREFIX + "gpus"
 LABEL_QUOTA_GROUP = LABEL_PREFIX + "quota-group"
 LABEL_SINCE = LABEL_PREFIX + "since"
 LABEL_UNITS = LABEL_PREFIX + "units"
+REMOVAL_WAIT_SECONDS = 30  # a removal Docker has under way: past this, the next tick asks again
 
 # A grant's start must be a moment the admin page and the culler can work with.
 LATEST_TIME = datetime(9999, 12, 31, tzinfo=UTC).timestamp()
@@ -264,8 +265,7 @@ class DockerEngine:
         try:
             labelled = [c["Id"] for c in self.client.containers(all=True, filters=filters)]
             for container in {*labelled, *container_ids}:
-                with contextlib.suppress(docker.errors.NotFound):
-                    self.client.remove_container(container, force=True, v=True)
+                self._remove(container)
             return not self.client.containers(all=True, filters=filters) and not any(
                 map(self._exists, container_ids)
             )
@@ -296,6 +296,19 @@ class DockerEngine:
         except Exception as error:  # no answer: recovery falls back to the hub's last look
             log.warning("gpuspawner: could not read Docker's events: %s", error)
         return found
+
+    def _remove(self, container_id: str) -> None:
+        """Removes a container, or waits for the removal already under way (DockerSpawner's
+        own, at a stop) to end: Docker answers a second removal 409 meanwhile."""
+        try:
+            self.client.remove_container(container_id, force=True, v=True)
+        except docker.errors.NotFound:
+            return
+        except docker.errors.APIError as error:
+            if error.status_code != 409 or "already in progress" not in str(error):
+                raise
+            with contextlib.suppress(docker.errors.NotFound):  # gone before the wait began
+                self.client.wait(container_id, timeout=REMOVAL_WAIT_SECONDS, condition="removed")
 
     def _exists(self, container_id: str) -> bool:
         try:
