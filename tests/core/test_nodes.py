@@ -6,10 +6,13 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
+from gpuspawner.core.errors import LimitsConfigError, ProfileConfigError
 from gpuspawner.core.gpus import GPU, MigInstance
+from gpuspawner.core.limits import LimitsTable
 from gpuspawner.core.nodes import Count, counts_by_node
 from gpuspawner.core.placement import Topology
 from gpuspawner.core.pool import AlreadyHolding, DeviceState, Holder, NotEnoughGPUs, Pool
+from gpuspawner.core.profiles import parse_profiles
 from gpuspawner.core.units import Kind, Request, Sharing, all_units, units_of
 
 GIB = 2**30
@@ -207,6 +210,59 @@ def test_a_request_whose_machines_are_all_away_is_refused_in_words(nodes, unreac
         pool.mark_unreachable(node, "dockerd does not answer")
     short = refusal(pool, Request(gpus=2, nodes=frozenset(nodes)))
     assert short.why.endswith(why) and short.free == 0
+
+
+def test_a_profile_names_its_machines_and_one_not_there_is_no_error():
+    (profile,) = parse_profiles(
+        [{"display_name": "Course", "gpus": 1, "nodes": ["old-1", "old-2"]}], pool=4
+    )
+    assert profile.nodes == {"old-1", "old-2"} and profile.request.nodes == profile.nodes
+    (anywhere,) = parse_profiles([{"display_name": "Any", "gpus": 1, "nodes": None}], pool=4)
+    assert anywhere.nodes is None and anywhere.request == Request(gpus=1)
+
+
+BAD_NODES = ["old-1", [], [""], [" old-1"], [3], {"old-1": True}, 2]
+
+
+@pytest.mark.parametrize("value", BAD_NODES)
+def test_bad_profile_machines_name_the_profile_and_key(value):
+    message = r"profiles\[0\] \(course\): nodes must be a list of one or more machine names"
+    with pytest.raises(ProfileConfigError, match=message):
+        parse_profiles([{"display_name": "Course", "gpus": 1, "nodes": value}], pool=4)
+
+
+@pytest.mark.parametrize("value", BAD_NODES)
+def test_bad_group_machines_name_the_group_and_key(value):
+    with pytest.raises(LimitsConfigError, match=r"group_limits\['course'\]\['nodes'\] must be"):
+        LimitsTable.parse({"course": {"nodes": value}}, {}, [])
+    with pytest.raises(LimitsConfigError, match=r"default_limits\['nodes'\] must be"):
+        LimitsTable.parse({}, {"nodes": value}, [])
+
+
+@pytest.mark.parametrize(
+    ("groups", "admin", "allowed"),
+    [
+        ({"course"}, False, {"old-1"}),
+        ({"course", "lab"}, False, {"old-1", "new-1"}),
+        ({"course", "staff"}, False, None),  # one group may use any machine
+        ({"someone"}, False, {"old-1", "old-2"}),  # default_limits
+        ({"inherits"}, False, {"old-1", "old-2"}),  # a group without the key takes the default
+        ({"course"}, True, None),  # admins go anywhere unless limit_admins
+    ],
+)
+def test_a_users_machines_are_those_any_of_their_groups_allows(groups, admin, allowed):
+    table = LimitsTable.parse(
+        {
+            "course": {"nodes": ["old-1"]},
+            "lab": {"nodes": ["new-1"]},
+            "staff": {"nodes": None},
+            "inherits": {"max_gpus_per_user": 2},
+        },
+        {"nodes": ["old-1", "old-2"]},
+        [],
+    )
+    nodes = table.for_user(groups, admin=admin).nodes.value
+    assert nodes == (None if allowed is None else frozenset(allowed))
 
 
 # --- free counts per machine, and machines that cannot be reached ----------------------------
