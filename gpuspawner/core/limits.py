@@ -11,7 +11,7 @@ On a pool of whole GPUs that is simply the number of GPUs; a refusal that
 involves a fraction says how it counted.
 
 A group's `nodes` keeps its members' servers on some machines (a course on the
-older ones); a profile's `nodes` applies as well (`units.Request.only_on`).
+older ones); a profile's `nodes` applies as well (`UserLimits.request_for`).
 
 GPU-hour budgets are resolved here too (`Budgets`); `budgets` does their arithmetic.
 """
@@ -27,7 +27,9 @@ from typing import Any
 from .errors import LimitsConfigError
 from .nodes import parse_nodes
 from .pool import Usage
+from .profiles import Profile
 from .schema import known_keys_only
+from .units import Request
 from .usage import WEEK
 from .words import COUNTING, DEFAULT_GROUP, amount, count_gpus, from_group, members
 
@@ -114,6 +116,11 @@ class UserLimits:
 
     def may_pick(self, slug: str) -> bool:
         return self.profiles.value is None or slug in self.profiles.value
+
+    def request_for(self, profile: Profile) -> Request:
+        """What this user's start on `profile` asks the pool for: on a machine both the
+        profile and their groups allow. Every start, wait and judgment of one uses this."""
+        return profile.request.only_on(self.nodes.value)
 
     def duration(self, key: str) -> Limited:
         """A culling limit (seconds) and where it came from; Limited(None, …) for never."""

@@ -165,12 +165,13 @@ class GPUSpawner(GPUSettings, DockerSpawner):
         units = pool.units
         limits = self._user_limits()
         budget = budgets.standing_of(self.broker, self.user.db, self.user.id, limits)
+        available = form.availability(pool, limits.nodes.value)  # on the user's machines
         return form.render(
             self.form_template_paths,
-            free=pool.free_count(),
-            total=len(units),
-            model=units[0].label if units else "",
-            availability=form.availability(pool),
+            free=sum(a.free for a in available),
+            total=sum(a.total for a in available),
+            model=units[0].label if available else "",
+            availability=available,
             rows=form.profile_rows(
                 self.broker.site.profiles,
                 limits,
@@ -224,21 +225,21 @@ class GPUSpawner(GPUSettings, DockerSpawner):
     async def _reserve(self, profile: Profile) -> Grant:
         """GPUs from the broker; a GPU start goes through the waiting line (`hub.waiting`)."""
         limits = self._user_limits()
-        user_id, holder = self.user.id, self.holder
+        user_id, holder, request = self.user.id, self.holder, limits.request_for(profile)
 
-        def reserve(request: Request) -> Grant:
+        def reserve(asked: Request) -> Grant:  # the request, or the line's narrower one
             with ALLOCATION_SECONDS.time():
                 return self.broker.reserve(
                     holder,
-                    request,
+                    asked,
                     admit=lambda usage, weight: limits.admit(weight, user_id, usage),
                 )
 
         try:
-            if profile.request.kind is None:
-                return reserve(profile.request)
+            if request.kind is None:
+                return reserve(request)
             return await self.broker.line.take(
-                holder, profile.slug, profile.display_name, profile.request, limits, reserve
+                holder, profile.slug, profile.display_name, request, limits, reserve
             )
         except LimitExceeded as exceeded:
             raise _refused(str(exceeded), "limit", 403) from None

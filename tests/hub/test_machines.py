@@ -1,0 +1,133 @@
+"""The hub over several machines, in-process: GPUSpawner on a JupyterHub user and database,
+the broker's real pool and line. A group's `nodes` holds wherever a start is made or judged
+(the reservation, the waiting line, the form). Containers are the one stand-in (every
+container is already gone when asked)."""
+
+import asyncio
+import logging
+from dataclasses import replace
+
+import pytest
+from engines import GoneEngine
+from jupyterhub import orm
+from jupyterhub.objects import Hub
+from jupyterhub.spawner import SpawnException
+from jupyterhub.user import User
+
+from gpuspawner.config.settings import GPUSettings
+from gpuspawner.config.site import GPUSite
+from gpuspawner.core.pool import Grant, Holder
+from gpuspawner.core.units import Request
+from gpuspawner.devices.simulated import SimulatedSource
+from gpuspawner.hub.broker import Broker
+from gpuspawner.hub.spawner import GPUSpawner
+
+LOG = logging.getLogger("test")
+LIMITS = {
+    "course": {"nodes": ["old"]},
+    "patient-course": {"nodes": ["old"], "max_wait": 60},
+}
+
+
+class Machines(SimulatedSource):
+    """Simulated H100s, the first half on machine "old", the others on "new"."""
+
+    def list_gpus(self):
+        gpus = super().list_gpus()
+        return [replace(g, node="old" if g.index < len(gpus) // 2 else "new") for g in gpus]
+
+
+@pytest.fixture
+async def broker():
+    """Two machines of 2 GPUs each."""
+    site = GPUSite.from_config(GPUSettings(group_limits=LIMITS), Machines(4))
+    broker = Broker(site, GoneEngine(), "jupyter", LOG)
+    broker.install()
+    yield broker
+    await broker.shutdown()
+
+
+@pytest.fixture
+def db():
+    return orm.new_session_factory("sqlite://")()
+
+
+def spawner_of(db, name: str, *groups: str) -> GPUSpawner:
+    """A user's default server as the hub makes it, in groups (made where missing)."""
+    user = orm.User(name=name)
+    for group in groups:
+        user.groups.append(orm.Group.find(db, group) or orm.Group(name=group))
+    db.add(user)
+    orm_spawner = orm.Spawner(user=user, name="")
+    db.add(orm_spawner)
+    db.commit()
+    return GPUSpawner(user=User(user, {"db": db}), orm_spawner=orm_spawner, hub=Hub(), db=db)
+
+
+def profile(broker: Broker, slug: str):
+    return next(p for p in broker.site.profiles if p.slug == slug)
+
+
+def hold(broker: Broker, key: int, node: str) -> Grant:
+    """Someone else's server, with 1 GPU on `node`."""
+    request = Request(gpus=1, nodes=frozenset({node}))
+    return broker.reserve(Holder(key, key, f"user{key}"), request, admit=lambda u, w: None)
+
+
+def node_of(grant: Grant) -> str:
+    (node,) = {u.node for u in grant.units}
+    return node
+
+
+async def refusal(spawner: GPUSpawner, slug: str) -> SpawnException:
+    with pytest.raises(SpawnException) as refused:
+        await spawner._reserve(profile(spawner.broker, slug))
+    assert spawner.broker.grant_of(spawner.orm_spawner.id) is None
+    return refused.value
+
+
+async def settle():
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+# --- a group's machines -------------------------------------------------------------------
+async def test_a_groups_server_goes_only_to_its_machines(broker, db):
+    """Packed would pick "new" (a tie goes to the name); the course may use only "old"."""
+    first = await spawner_of(db, "ann", "course")._reserve(profile(broker, "gpu-1"))
+    second = await spawner_of(db, "bob", "course")._reserve(profile(broker, "gpu-1"))
+    assert (node_of(first), node_of(second)) == ("old", "old")
+    anyone = await spawner_of(db, "cat")._reserve(profile(broker, "gpu-1"))
+    assert node_of(anyone) == "new"
+    refused = await refusal(spawner_of(db, "dan", "course"), "gpu-1")
+    assert refused.status_code == 409 and str(refused.jupyterhub_message) == (
+        "Not enough free GPUs: profile '1 GPU' needs 1, 0 of 2 are free right now. Try again "
+        "when another server stops, or pick a profile with fewer GPUs."
+    )  # the 2 GPUs of its machine
+
+
+async def test_a_waiting_start_takes_a_gpu_only_on_its_groups_machines(broker, db):
+    on_old = [hold(broker, key, "old") for key in (901, 902)]
+    start = asyncio.ensure_future(
+        spawner_of(db, "ann", "patient-course")._reserve(profile(broker, "gpu-1"))
+    )
+    await settle()
+    assert not start.done() and broker.pool.free_count() == 2  # new's two stay free
+    on_new = hold(broker, 903, "new")
+    await asyncio.wait_for(broker.release_when_gone(on_new.key), 10)
+    await settle()
+    assert not start.done()  # a GPU freed on "new" is not for it
+    await asyncio.wait_for(broker.release_when_gone(on_old[0].key), 10)
+    grant = await asyncio.wait_for(start, 10)
+    assert grant.uuids == on_old[0].uuids
+
+
+async def test_the_form_counts_and_judges_only_the_groups_machines(broker, db):
+    for key in (901, 902):
+        hold(broker, key, "old")
+    course = spawner_of(db, "ann", "course")._render_form()
+    assert "<strong>0 of 2</strong> GPUs free" in course
+    assert "Needs 1 free GPU(s); 0 free right now." in course
+    anyone = spawner_of(db, "bob")._render_form()
+    assert "<strong>2 of 4</strong> GPUs free" in anyone
+    assert "free right now" not in anyone.split('data-testid="profile-gpu-2"')[0]
