@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from enum import StrEnum
@@ -317,14 +318,29 @@ class Pool:
         with self._lock:
             return sum(request.matches(u) for u in self._units.values())
 
-    def usable_count(self, request: Request) -> int:
-        """Units `request` could take once their servers end: not unhealthy, not used
-        outside the hub."""
-        unusable = (DeviceState.UNHEALTHY, DeviceState.EXTERNAL)
+    def on_one_machine(self, request: Request, usable: bool = False) -> int:
+        """The most units `request` could take on one machine (a grant's all come from one),
+        free or not: fewer than it asks for, and it can never start. `usable`: only those it
+        could take once their servers end (not unhealthy, not used outside the hub, not on
+        an unreachable machine)."""
+        unusable = (DeviceState.UNHEALTHY, DeviceState.EXTERNAL) if usable else ()
         with self._lock:
-            return sum(
-                request.matches(u) and self._state(u) not in unusable for u in self._units.values()
+            on = Counter(
+                u.node
+                for u in self._units.values()
+                if request.matches(u) and self._state(u) not in unusable
             )
+        return max(on.values(), default=0)
+
+    def refusal(self, request: Request) -> NotEnoughGPUs | None:
+        """What allocating `request` now would be refused with for want of units (limits
+        aside), without taking anything: for the spawn form."""
+        with self._lock:
+            try:
+                self._choose(request)
+            except NotEnoughGPUs as short:
+                return short
+            return None
 
     def usage(self) -> Usage:
         with self._lock:

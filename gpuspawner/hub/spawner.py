@@ -244,13 +244,7 @@ class GPUSpawner(GPUSettings, DockerSpawner):
         except LimitExceeded as exceeded:
             raise _refused(str(exceeded), "limit", 403) from None
         except NotEnoughGPUs as short:
-            raise _refused(
-                f"Not enough free GPUs: profile {profile.display_name!r} needs {short.needs}, "
-                f"{short.free} of {short.total} are free right now. Try again when another "
-                "server stops, or pick a profile with fewer GPUs.",
-                "capacity",
-                409,
-            ) from None
+            raise _refused(_not_enough(profile, short), "capacity", 409) from None
         except WaitEnded as ended:
             if ended.outcome == "removed":  # an admin's decision, not a refusal
                 raise _failed(str(ended), ended.reason, 409) from None
@@ -475,6 +469,21 @@ def _failed(message: str, reason: str, status_code: int) -> SpawnException:
     failure = SpawnException(message, reason=reason, status_code=status_code)
     failure.jupyterhub_message = message
     return failure
+
+
+def _not_enough(profile: Profile, short: NotEnoughGPUs) -> str:
+    """A start refused for want of GPUs, in the core's words where it has them (free GPUs on
+    different machines, or none of the allowed machines there)."""
+    if short.why:
+        return (
+            f"Profile {profile.display_name!r} cannot start now: {short.why} "
+            "Pick another profile, or try again later."
+        )
+    return (
+        f"Not enough free GPUs: profile {profile.display_name!r} needs {short.needs}, "
+        f"{short.free} of {short.total} are free right now. Try again when another "
+        "server stops, or pick a profile with fewer GPUs."
+    )
 
 
 def _options_from_form(formdata: dict[str, list[str]]) -> dict[str, Any]:

@@ -292,7 +292,7 @@ def test_an_unreachable_machine_gives_nothing_and_keeps_its_grants_until_release
     assert node_of(on_b) == "b"
     pool.mark_unreachable("b", "machine b cannot be reached: dockerd does not answer")
     assert pool.unreachable() == {"b": "machine b cannot be reached: dockerd does not answer"}
-    assert pool.free_count() == 2 and pool.usable_count(Request(gpus=1)) == 4  # a's
+    assert pool.free_count() == 2 and pool.on_one_machine(Request(gpus=1), usable=True) == 4  # a's
     assert pool.grant_of(1) == on_b
     assert all(pool.states()[i] is DeviceState.UNHEALTHY for i in on_b.ids)
     assert pool.unhealthy_reason("GPU-b-3").startswith("machine b cannot be reached")

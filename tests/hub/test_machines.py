@@ -1,10 +1,11 @@
 """The hub over several machines, in-process: GPUSpawner on a JupyterHub user and database,
 the broker's real pool and line. A group's `nodes` holds wherever a start is made or judged
-(the reservation, the waiting line, the form). Containers are the one stand-in (every
-container is already gone when asked)."""
+(the reservation, the waiting line, the form), and refusals say what the books say.
+Containers are the one stand-in (every container is already gone when asked)."""
 
 import asyncio
 import logging
+import re
 from dataclasses import replace
 
 import pytest
@@ -26,6 +27,8 @@ LOG = logging.getLogger("test")
 LIMITS = {
     "course": {"nodes": ["old"]},
     "patient-course": {"nodes": ["old"], "max_wait": 60},
+    "away": {"nodes": ["gone"], "max_wait": 60},
+    "patient": {"max_wait": 60},
 }
 
 
@@ -131,3 +134,67 @@ async def test_the_form_counts_and_judges_only_the_groups_machines(broker, db):
     anyone = spawner_of(db, "bob")._render_form()
     assert "<strong>2 of 4</strong> GPUs free" in anyone
     assert "free right now" not in anyone.split('data-testid="profile-gpu-2"')[0]
+
+
+# --- refusals in the books' words ---------------------------------------------------------
+def reason(html: str, slug: str) -> str:
+    """A profile's greyed-out reason and note on the form, as text."""
+    row = html.split(f'data-testid="profile-{slug}"')[1].split("</label>")[0]
+    return " | ".join(re.findall(r'<span class="gpu-(?:reason|note)">(.*?)</span>', row))
+
+
+async def test_free_gpus_on_different_machines_are_refused_as_such(broker, db):
+    for key, node in ((901, "old"), (902, "new")):
+        hold(broker, key, node)
+    why = "2 GPUs are free, but no single machine has 2 free: at most 1 on one machine."
+    refused = await refusal(spawner_of(db, "ann"), "gpu-2")
+    assert refused.jupyterhub_message == (
+        f"Profile '2 GPUs' cannot start now: {why} Pick another profile, or try again later."
+    )
+    assert reason(spawner_of(db, "bob")._render_form(), "gpu-2") == why
+
+
+async def test_a_start_no_machine_could_ever_hold_is_refused_at_once_not_kept_waiting(broker, db):
+    """4 GPUs are free, but on two machines of 2: waiting could never help."""
+    why = "4 GPUs are free, but no single machine has 4 free: at most 2 on one machine."
+    patient = spawner_of(db, "ann", "patient")
+    assert reason(patient._render_form(), "gpu-4") == why  # no offer to wait
+    refused = await asyncio.wait_for(refusal(patient, "gpu-4"), 10)
+    assert why in refused.jupyterhub_message and broker.line.standings() == []
+
+
+async def test_a_group_whose_machines_are_not_there_is_told_so(broker, db):
+    """A machine named in `nodes` but not in the pool is no error: the group is told, at once
+    (though it may wait in line: waiting would not bring the machine)."""
+    why = "1 GPU may come only from machine gone, which is not available now."
+    away = spawner_of(db, "ann", "away")
+    assert reason(away._render_form(), "gpu-1") == why
+    assert "<strong>0 of 0</strong> GPUs free" in away._render_form()
+    refused = await asyncio.wait_for(refusal(away, "gpu-1"), 10)
+    assert refused.jupyterhub_message == (
+        f"Profile '1 GPU' cannot start now: {why} Pick another profile, or try again later."
+    )
+
+
+async def test_no_gpus_gather_for_a_start_no_machine_has_enough_healthy_gpus_for(broker, db):
+    """Each machine has one GPU held and one broken: 2 GPUs are healthy, but never on one
+    machine, so a 2-GPU start waits without keeping what frees up from a 1-GPU start."""
+    broker.line.reserve_after = 0
+    for key, node in ((901, "old"), (902, "new")):
+        held = hold(broker, key, node)
+        broken = next(u for u in broker.pool.units if u.node == node and u not in held.units)
+        broker.pool.mark_unhealthy(broken.gpu, "XID 79")
+    big = asyncio.ensure_future(spawner_of(db, "ann", "patient")._reserve(profile(broker, "gpu-2")))
+    await settle()
+    small = asyncio.ensure_future(
+        spawner_of(db, "bob", "patient")._reserve(profile(broker, "gpu-1"))
+    )
+    await settle()
+    assert [(s.user, s.kept_for) for s in broker.line.standings()] == [
+        ("ann", False),
+        ("bob", True),  # one machine could give it a GPU once a server there ends
+    ]
+    await asyncio.wait_for(broker.release_when_gone(901), 10)
+    assert node_of(await asyncio.wait_for(small, 10)) == "old"
+    assert not big.done()
+    big.cancel()
