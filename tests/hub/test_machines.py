@@ -8,6 +8,7 @@ import logging
 import re
 from dataclasses import replace
 
+import jinja2
 import pytest
 from engines import GoneEngine
 from jupyterhub import orm
@@ -20,7 +21,9 @@ from gpuspawner.config.site import GPUSite
 from gpuspawner.core.pool import Grant, Holder
 from gpuspawner.core.units import Request
 from gpuspawner.devices.simulated import SimulatedSource
+from gpuspawner.hub import pages
 from gpuspawner.hub.broker import Broker
+from gpuspawner.hub.report import pool_report
 from gpuspawner.hub.spawner import GPUSpawner
 
 LOG = logging.getLogger("test")
@@ -198,3 +201,51 @@ async def test_no_gpus_gather_for_a_start_no_machine_has_enough_healthy_gpus_for
     assert node_of(await asyncio.wait_for(small, 10)) == "old"
     assert not big.done()
     big.cancel()
+
+
+# --- the admin report -----------------------------------------------------------------------
+def admin_page(report: dict) -> str:
+    """The admin page's own part, as the hub renders it (JupyterHub's page around it: a stub)."""
+    hub_page = "{% block main %}{% endblock %}{% block script %}{% endblock %}"
+    loader = jinja2.ChoiceLoader(
+        [
+            jinja2.FileSystemLoader(pages.TEMPLATES),
+            jinja2.DictLoader({"templates/page.html": hub_page}),
+        ]
+    )
+    environment = jinja2.Environment(loader=loader, autoescape=True)
+    return environment.get_template("gpuspawner_admin.html").render(report=report)
+
+
+async def test_the_report_says_each_units_machine_and_how_each_machine_stands(broker):
+    held = hold(broker, 901, "old")
+    away = "machine new cannot be reached: dockerd does not answer"
+    broker.pool.mark_unreachable("new", away)
+    report = pool_report(broker)
+    assert {row["unit"]: row["node"] for row in report["gpus"]} == {
+        u.id: u.node for u in broker.pool.units
+    }
+    assert report["by_node"] == {
+        "old": {"gpu": {"total": 2, "free": 1}},
+        "new": {"gpu": {"total": 2, "free": 0}},
+    }
+    assert report["by_kind"] == {"gpu": {"total": 4, "free": 1}}
+    assert report["unreachable"] == {"new": away}
+    page = admin_page(report)
+    machines = page.split('data-testid="by-node"')[1].split("</ul>")[0]
+    assert "<strong>old</strong> — whole GPUs: 1 of 2 free</li>" in machines
+    unreachable = '<span class="badge text-bg-danger">unreachable</span>'
+    assert f"<strong>new</strong> — whole GPUs: 0 of 2 free {unreachable} <small>{away}" in machines
+    row = page.split(f'data-unit="{held.ids[0]}"')[1].split("</tr>")[0]
+    assert '<small class="text-muted" data-testid="node">on old</small>' in row
+
+
+def test_one_hosts_report_names_one_machine_and_its_page_none():
+    broker = Broker(GPUSite.from_config(GPUSettings(simulate_gpus=2)), GoneEngine(), "j", LOG)
+    report = pool_report(broker)
+    assert {row["node"] for row in report["gpus"]} == {""}
+    assert report["by_node"] == {"": {"gpu": {"total": 2, "free": 2}}}
+    assert report["unreachable"] == {}
+    page = admin_page(report)
+    assert 'data-testid="by-node"' not in page and 'data-testid="node"' not in page
+    broker.executor.shutdown(wait=False)
