@@ -179,6 +179,20 @@ async def test_a_group_whose_machines_are_not_there_is_told_so(broker, db):
     )
 
 
+async def test_a_start_whose_machines_cannot_be_reached_waits_for_them(broker, db):
+    """Where the group may wait: the machine is there, only away for now."""
+    broker.pool.mark_unreachable("old", "machine old cannot be reached: dockerd does not answer")
+    why = "1 GPU may come only from machine old, which is not available now."
+    course = spawner_of(db, "ann", "patient-course")
+    assert reason(course._render_form(), "gpu-1").startswith(f"{why} You would wait in line")
+    start = asyncio.ensure_future(course._reserve(profile(broker, "gpu-1")))
+    await settle()
+    assert not start.done() and broker.pool.free_count() == 2  # new's, not for it
+    broker.pool.mark_reachable("old")
+    broker.line.run()  # as the monitor's next look does
+    assert node_of(await asyncio.wait_for(start, 10)) == "old"
+
+
 async def test_no_gpus_gather_for_a_start_no_machine_has_enough_healthy_gpus_for(broker, db):
     """Each machine has one GPU held and one broken: 2 GPUs are healthy, but never on one
     machine, so a 2-GPU start waits without keeping what frees up from a 1-GPU start."""
