@@ -1,0 +1,412 @@
+"""A notebook's Swarm service spec and the manager's view of tasks, without Docker: what goes
+in (isolate_service), what is refused, and how tasks, services and nodes read back as Seen."""
+
+from dataclasses import replace
+
+import pytest
+
+from gpuspawner.core.errors import UnsafeContainerConfig
+from gpuspawner.core.pool import Grant, Holder
+from gpuspawner.core.reach import Reach
+from gpuspawner.core.units import bare
+from gpuspawner.engine.swarm import SwarmNode, holds, read_node, task_seen
+from gpuspawner.engine.swarmspec import (
+    isolate_service,
+    pinned_node,
+    service_escapes,
+    spec_reach,
+)
+
+HUB = "jupyter"
+NODE_ID = "nodeid2"
+HOLDER = Holder(12, 3, "ann", "train")
+GPU_GRANT = Grant(
+    HOLDER, tuple(replace(bare(u), node="n2") for u in ("GPU-a", "GPU-b")), 100.0, "students"
+)
+CPU_GRANT = Grant(Holder(13, 3, "ann", "notes"), (), 100.0)
+
+
+def service_kwargs(**container_spec):
+    return {
+        "name": "jupyter-ann-train",
+        "task_template": {
+            "ContainerSpec": {
+                "Image": "notebook",
+                "Env": ["JUPYTERHUB_API_TOKEN=t", "NVIDIA_VISIBLE_DEVICES=all"],
+                **container_spec,
+            },
+            "Placement": {"Constraints": ["node.labels.gpu==yes"]},
+            "RestartPolicy": {"Condition": "any"},
+        },
+        "labels": {"team": "vision"},
+    }
+
+
+def env(isolated):
+    return dict(e.split("=", 1) for e in isolated["task_template"]["ContainerSpec"]["Env"])
+
+
+def test_a_gpu_service_is_pinned_to_its_node_with_its_uuids_and_never_restarts():
+    isolated = isolate_service(service_kwargs(), GPU_GRANT, HUB, NODE_ID, volume_mounts=False)
+    template = isolated["task_template"]
+    assert template["Placement"]["Constraints"] == ["node.labels.gpu==yes", "node.id==nodeid2"]
+    assert template["RestartPolicy"] == {"Condition": "none"}
+    assert isolated["mode"] == {"Replicated": {"Replicas": 1}}
+    assert env(isolated) == {"JUPYTERHUB_API_TOKEN": "t", "NVIDIA_VISIBLE_DEVICES": "GPU-a,GPU-b"}
+    assert template["ContainerSpec"]["Mounts"] == []
+    for labels in (isolated["labels"], template["ContainerSpec"]["Labels"]):
+        assert labels["gpuspawner.gpus"] == "GPU-a,GPU-b"
+        assert labels["gpuspawner.hub"] == HUB
+        assert labels["gpuspawner.spawner-id"] == "12"
+    assert isolated["labels"]["team"] == "vision"
+    assert isolated["name"] == "jupyter-ann-train"
+
+
+def test_with_volume_mounts_each_uuid_is_a_dev_null_bind_the_toolkit_reads_first():
+    isolated = isolate_service(service_kwargs(), GPU_GRANT, HUB, NODE_ID, volume_mounts=True)
+    assert isolated["task_template"]["ContainerSpec"]["Mounts"] == [
+        {
+            "Type": "bind",
+            "Source": "/dev/null",
+            "Target": f"/var/run/nvidia-container-devices/{u}",
+            "ReadOnly": True,
+        }
+        for u in ("GPU-a", "GPU-b")
+    ]
+    assert env(isolated)["NVIDIA_VISIBLE_DEVICES"] == "GPU-a,GPU-b"
+
+
+@pytest.mark.parametrize("node_id", [None, NODE_ID])
+def test_a_cpu_service_sees_no_gpu_whatever_the_image_says(node_id):
+    isolated = isolate_service(service_kwargs(), CPU_GRANT, HUB, node_id, volume_mounts=True)
+    assert env(isolated)["NVIDIA_VISIBLE_DEVICES"] == "void"
+    assert isolated["task_template"]["ContainerSpec"]["Mounts"] == []
+    pinned = ["node.id==nodeid2"] if node_id else []
+    assert isolated["task_template"]["Placement"]["Constraints"] == [
+        "node.labels.gpu==yes",
+        *pinned,
+    ]
+
+
+def test_a_gpu_service_needs_its_node():
+    with pytest.raises(ValueError, match="node_id is required"):
+        isolate_service(service_kwargs(), GPU_GRANT, HUB, None, volume_mounts=False)
+
+
+def test_every_spelling_of_a_field_set_is_replaced_not_left_beside_it():
+    kwargs = {
+        "task_template": {
+            "container_spec": {"image": "x", "env": ["NVIDIA_VISIBLE_DEVICES=all"]},
+            "restartpolicy": {"condition": "any"},
+            "PLACEMENT": {"constraints": ["node.role==worker"]},
+        }
+    }
+    template = isolate_service(kwargs, GPU_GRANT, HUB, NODE_ID, volume_mounts=False)[
+        "task_template"
+    ]
+    assert set(template) == {"ContainerSpec", "RestartPolicy", "Placement"}
+    assert template["ContainerSpec"]["image"] == "x"
+    assert "env" not in template["ContainerSpec"]
+    assert template["Placement"]["Constraints"] == ["node.role==worker", "node.id==nodeid2"]
+
+
+def test_the_callers_arguments_are_left_as_they_were():
+    kwargs = service_kwargs()
+    before = repr(kwargs)
+    isolate_service(kwargs, GPU_GRANT, HUB, NODE_ID, volume_mounts=True)
+    assert repr(kwargs) == before
+
+
+def spec_with(**template):
+    return {"task_template": {"ContainerSpec": {"Image": "x"}, **template}}
+
+
+def container_with(**container):
+    return {"task_template": {"ContainerSpec": {"Image": "x", **container}}}
+
+
+BIND = {"Type": "bind", "Target": "/x"}
+# Every way a service spec can reach GPUs, the host, or another node: escapes.py's checks where
+# a service has the field, and what only a service has.
+SERVICE_ESCAPES = [
+    (container_with(Mounts=[{**BIND, "Source": "/var/run/docker.sock"}]), "docker.sock"),
+    (
+        container_with(mounts=[{"type": "BIND", "source": "//dev/./nvidia0", "target": "/d"}]),
+        "/dev",
+    ),
+    (container_with(Mounts=[{**BIND, "Source": "/"}]), "mounts of /"),
+    (container_with(Mounts=[{**BIND, "Source": "/proc"}]), "/proc"),
+    (
+        container_with(
+            Mounts=[
+                {
+                    "Type": "volume",
+                    "Target": "/d",
+                    "VolumeOptions": {"DriverConfig": {"Options": {"o": "bind", "device": "/dev"}}},
+                }
+            ]
+        ),
+        "/dev",
+    ),
+    (
+        container_with(
+            Mounts=[{"Type": "bind", "Source": "/tmp", "Target": "/run/nvidia-container-devices/a"}]
+        ),
+        "NVIDIA device requests",
+    ),
+    (container_with(CapabilityAdd=["CAP_SYS_ADMIN"]), "SYS_ADMIN"),
+    (container_with(Privileges={"Seccomp": {"Mode": "unconfined"}}), "seccomp=unconfined"),
+    (container_with(Privileges={"AppArmor": {"Mode": "disabled"}}), "apparmor=unconfined"),
+    (container_with(Privileges={"SELinuxContext": {"Disable": True}}), "label=disable"),
+    (
+        spec_with(
+            Resources={
+                "Reservations": {
+                    "GenericResources": [
+                        {"DiscreteResourceSpec": {"Kind": "NVIDIA-GPU", "Value": 1}}
+                    ]
+                }
+            }
+        ),
+        "generic resources",
+    ),
+    (
+        spec_with(resources={"limits": {"generic_resources": [{"x": 1}]}}),
+        "generic resources",
+    ),
+    (spec_with(Runtime="plugin", PluginSpec={"Name": "p"}), "plugin"),
+    ({**spec_with(), "mode": {"Global": {}}}, "mode="),
+    ({**spec_with(), "mode": {"replicated": {"Replicas": 2}}}, "mode="),
+    ({**spec_with(), "mode": {"ReplicatedJob": {}}}, "mode="),
+    ({"task_template": "x"}, "not a dict"),
+    (spec_with(Placement={"Constraints": ["node.id==other"]}), "node.id==other"),
+    (spec_with(Placement={"Constraints": [" NODE.ID != nodeid2 "]}), "NODE.ID"),
+    (spec_with(Placement={"Constraints": ["node.hostname==n1"]}), "on node n2"),
+    (spec_with(Placement={"Constraints": ["node.hostname!=N2"]}), "on node n2"),
+    (spec_with(Placement={"Constraints": ["node.id"]}), "not key==value"),
+]
+
+
+@pytest.mark.parametrize(("kwargs", "named"), SERVICE_ESCAPES)
+def test_every_way_to_gpus_the_host_or_another_node_is_refused(kwargs, named):
+    with pytest.raises(UnsafeContainerConfig, match=named):
+        isolate_service(kwargs, GPU_GRANT, HUB, NODE_ID, volume_mounts=True)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        container_with(Mounts=[{**BIND, "Source": "/home/ann"}], CapabilityAdd=["NET_ADMIN"]),
+        container_with(Mounts=[{"Type": "volume", "Source": "home-ann", "Target": "/home"}]),
+        container_with(Privileges={"Seccomp": {"Mode": "default"}}),
+        spec_with(Placement={"Constraints": ["node.id==NODEID2", "node.hostname == n2"]}),
+        spec_with(Placement={"Constraints": ["node.hostname!=n1", "node.platform.os==linux"]}),
+        spec_with(Resources={"Limits": {"MemoryBytes": 2**30}}, Runtime="container"),
+        {**spec_with(), "mode": {"replicated": {"Replicas": 1}}},
+    ],
+)
+def test_ordinary_service_configs_pass(kwargs):
+    assert service_escapes(kwargs) == []
+    isolate_service(kwargs, GPU_GRANT, HUB, NODE_ID, volume_mounts=True)
+
+
+def task_spec(env=(), mounts=(), constraints=()):
+    return {
+        "ContainerSpec": {"Image": "notebook", "Env": list(env), "Mounts": list(mounts)},
+        "Placement": {"Constraints": list(constraints)},
+    }
+
+
+def named(kind, value):
+    return {"NamedResourceSpec": {"Kind": kind, "Value": value}}
+
+
+EVERY = Reach(every=True)
+REACH = [
+    (task_spec(), (), Reach()),
+    (task_spec(env=["NVIDIA_VISIBLE_DEVICES=void"]), (), Reach()),
+    (
+        task_spec(env=["NVIDIA_VISIBLE_DEVICES=GPU-a,GPU-b"]),
+        (),
+        Reach(frozenset({"GPU-a", "GPU-b"})),
+    ),
+    (task_spec(env=["NVIDIA_VISIBLE_DEVICES=all"]), (), EVERY),
+    (task_spec(env=["DOCKER_RESOURCE_NVIDIA-GPU=GPU-c"]), (), Reach(frozenset({"GPU-c"}))),
+    (task_spec(env=["DOCKER_RESOURCE_SSD=disk1,GPU-d"]), (), Reach(frozenset({"GPU-d"}))),
+    (
+        task_spec(
+            mounts=[
+                {
+                    "Type": "bind",
+                    "Source": "/dev/null",
+                    "Target": "/var/run/nvidia-container-devices/GPU-e",
+                }
+            ]
+        ),
+        (),
+        Reach(frozenset({"GPU-e"})),
+    ),
+    (
+        task_spec(
+            mounts=[
+                {
+                    "Type": "bind",
+                    "Source": "/dev/null",
+                    "Target": "/run/nvidia-container-devices/all",
+                }
+            ]
+        ),
+        (),
+        EVERY,
+    ),
+    (
+        task_spec(
+            mounts=[{"Type": "bind", "Source": "/tmp/x", "Target": "/run/nvidia-container-devices"}]
+        ),
+        (),
+        EVERY,
+    ),
+    (task_spec(mounts=[{"Type": "bind", "Source": "/dev", "Target": "/dev"}]), (), EVERY),
+    (task_spec(mounts=[{"Type": "bind", "Source": "/home/ann", "Target": "/home"}]), (), Reach()),
+    (
+        task_spec(
+            mounts=[
+                {
+                    "Type": "volume",
+                    "Target": "/d",
+                    "VolumeOptions": {"DriverConfig": {"Options": {"o": "bind", "device": "/dev"}}},
+                }
+            ]
+        ),
+        (),
+        EVERY,
+    ),
+    (task_spec(), [named("NVIDIA-GPU", "GPU-f")], Reach(frozenset({"GPU-f"}))),
+    (task_spec(), [named("SSD", "disk1")], Reach()),
+    (task_spec(), [{"DiscreteResourceSpec": {"Kind": "gpu", "Value": 2}}], EVERY),
+    (task_spec(), [{"DiscreteResourceSpec": {"Kind": "ssd", "Value": 2}}], Reach()),
+]
+
+
+@pytest.mark.parametrize(("spec", "assigned", "reached"), REACH)
+def test_every_way_a_task_reaches_gpus_is_read_from_its_spec(spec, assigned, reached):
+    assert spec_reach(spec, assigned) == reached
+
+
+def test_what_isolate_service_writes_reads_back_as_exactly_the_grant():
+    for volume_mounts in (False, True):
+        isolated = isolate_service(service_kwargs(), GPU_GRANT, HUB, NODE_ID, volume_mounts)
+        reached = spec_reach(isolated["task_template"])
+        assert reached == Reach(frozenset({"GPU-a", "GPU-b"}))
+        assert pinned_node(isolated["task_template"]) == NODE_ID
+
+
+def node_json(node_id, hostname, state="ready", availability="active", manager=False):
+    return {
+        "ID": node_id,
+        "Spec": {"Availability": availability, "Role": "manager" if manager else "worker"},
+        "Description": {"Hostname": hostname, "Engine": {"EngineVersion": "20.10.24"}},
+        "Status": {"State": state, "Addr": "10.0.0.2"},
+        **({"ManagerStatus": {"Leader": True}} if manager else {}),
+    }
+
+
+NODES = {
+    n.id: n
+    for n in (
+        read_node(node_json("id1", "n1", manager=True)),
+        read_node(node_json("id2", "n2")),
+        read_node(node_json("id3", "n3", state="down", availability="drain")),
+    )
+}
+
+
+def test_nodes_read_as_the_books_name_them_by_hostname():
+    assert NODES["id1"] == SwarmNode("id1", "n1", "ready", "active", "20.10.24", True, "10.0.0.2")
+    assert NODES["id3"].state == "down" and not NODES["id3"].ready
+    assert NODES["id3"].availability == "drain" and not NODES["id3"].manager
+
+
+SERVICE = {"ID": "svc1", "Spec": {"Name": "jupyter-ann-train", "Labels": {"team": "vision"}}}
+
+
+def task_json(
+    state, node_id="id2", labels=None, timestamp="2026-12-01T10:00:00.123456789Z", **spec
+):
+    isolated = isolate_service(service_kwargs(), GPU_GRANT, HUB, "id2", volume_mounts=True)
+    template = isolated["task_template"]
+    if labels is not None:
+        template["ContainerSpec"]["Labels"] = labels
+    return {
+        "ID": "task1",
+        "ServiceID": "svc1",
+        "NodeID": node_id,
+        "Spec": {**template, **spec},
+        "Status": {"State": state, "Timestamp": timestamp},
+        "DesiredState": "running",
+    }
+
+
+# (task state, its node) → whether it holds its GPUs
+HOLDING = [
+    ("new", "", True),
+    ("pending", "", True),
+    ("assigned", "id2", True),
+    ("preparing", "id2", True),
+    ("starting", "id2", True),
+    ("running", "id2", True),
+    ("running", "id3", True),  # its node is down: it may still run there
+    ("orphaned", "id3", True),
+    ("orphaned", "id2", False),  # its node is back and says it is not running
+    ("complete", "id2", False),
+    ("shutdown", "id2", False),
+    ("failed", "id2", False),
+    ("rejected", "id2", False),
+]
+
+
+@pytest.mark.parametrize(("state", "node_id", "held"), HOLDING)
+def test_a_task_holds_its_gpus_while_it_runs_or_may_run(state, node_id, held):
+    seen = task_seen(task_json(state, node_id), SERVICE, NODES)
+    assert seen.running is held
+    assert seen.node == ("n3" if node_id == "id3" else "n2")  # unassigned: its pinned node
+    assert seen.finished_at == (None if held else pytest.approx(1796119200.123456))
+
+
+def test_our_task_reads_back_as_its_server_on_its_node():
+    seen = task_seen(task_json("running"), SERVICE, NODES)
+    assert (seen.id, seen.name, seen.image, seen.node) == (
+        "task1",
+        "jupyter-ann-train",
+        "notebook",
+        "n2",
+    )
+    assert seen.reach == Reach(frozenset({"GPU-a", "GPU-b"}))
+    assert seen.server is not None and seen.label_problem is None
+    assert (seen.server.hub, seen.server.spawner_id, seen.server.user) == (HUB, 12, "ann")
+    assert seen.server.uuids == ("GPU-a", "GPU-b")
+
+
+def test_labels_come_from_the_container_spec_else_the_service():
+    only_service = {**SERVICE, "Spec": {**SERVICE["Spec"], "Labels": {"gpuspawner.user": "bob"}}}
+    seen = task_seen(task_json("running", labels={}), only_service, NODES)
+    assert seen.server is not None and seen.server.user == "bob"
+    foreign = task_seen(task_json("running", labels={}), None, NODES)
+    assert foreign.server is None and foreign.name == "svc1"
+
+
+def test_unreadable_labels_are_named_not_fatal():
+    bad = {"gpuspawner.user": "ann", "gpuspawner.spawner-id": "twelve"}
+    seen = task_seen(task_json("running", labels=bad), SERVICE, NODES)
+    assert seen.server is None and "twelve" in (seen.label_problem or "")
+
+
+def test_a_task_on_an_unknown_node_has_no_node_name():
+    seen = task_seen(task_json("running", node_id="gone"), SERVICE, NODES)
+    assert seen.node == "" and seen.running
+
+
+def test_holds_reads_only_the_state_and_the_node():
+    assert holds({"Status": {"State": "running"}}, None)
+    assert holds({"Status": {"State": "orphaned"}}, None)
+    assert not holds({"Status": {}}, None)
