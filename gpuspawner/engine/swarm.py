@@ -209,7 +209,8 @@ class SwarmEngine:
             services |= {str(t["ServiceID"]) for t in tasks if t.get("ServiceID")}
             if not tasks and not self._existing(services):
                 return True
-            live = [t for t in tasks if holds(t, nodes.get(str(t.get("NodeID") or "")))]
+            # A task not yet on a node runs nowhere: its service's removal keeps it off all.
+            live = [t for t in tasks if t.get("NodeID") and holds(t, nodes.get(t["NodeID"]))]
             stranded = [t for t in live if not _on_ready_node(t, nodes)]
             for service in self._existing(services):
                 if any(t["ServiceID"] == service for t in live):
@@ -219,7 +220,7 @@ class SwarmEngine:
                         self.client.remove_service(service)
             if stranded:
                 where = sorted(
-                    f"{nodes[n].hostname} ({nodes[n].state})"
+                    f"{nodes[n].hostname} ({nodes[n].state})" if n in nodes else f"{n} (unlisted)"
                     for n in {str(t.get("NodeID")) for t in stranded}
                 )
                 log.warning(
@@ -274,5 +275,5 @@ def _labelled(task: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
 
 
 def _on_ready_node(task: Mapping[str, Any], nodes: Mapping[str, SwarmNode]) -> bool:
-    node = nodes.get(str(task.get("NodeID") or ""))
-    return node is None or node.ready  # not yet on a node: the manager stops it itself
+    node = nodes.get(str(task.get("NodeID")))
+    return node is not None and node.ready  # a node the manager no longer lists: not confirmed

@@ -3,13 +3,14 @@ in (isolate_service), what is refused, and how tasks, services and nodes read ba
 
 from dataclasses import replace
 
+import docker.errors as engine_errors
 import pytest
 
 from gpuspawner.core.errors import UnsafeContainerConfig
 from gpuspawner.core.pool import Grant, Holder
 from gpuspawner.core.reach import Reach
 from gpuspawner.core.units import bare
-from gpuspawner.engine.swarm import SwarmNode, holds, read_node, task_seen
+from gpuspawner.engine.swarm import SwarmEngine, SwarmNode, holds, read_node, task_seen
 from gpuspawner.engine.swarmspec import (
     isolate_service,
     pinned_node,
@@ -410,3 +411,114 @@ def test_holds_reads_only_the_state_and_the_node():
     assert holds({"Status": {"State": "running"}}, None)
     assert holds({"Status": {"State": "orphaned"}}, None)
     assert not holds({"Status": {}}, None)
+
+
+class FakeManager:
+    """A manager's low-level API, as far as SwarmEngine uses it: a scaled-to-0 task on a ready
+    node stops at the next look; a removed service's stopped tasks go with it."""
+
+    def __init__(self, task_state="running", node_state="ready"):
+        self.node = node_json("id2", "n2", state=node_state)
+        self.task = task_json(task_state)
+        self.service = {**SERVICE, "Version": {"Index": 5}, "Spec": {**SERVICE["Spec"]}}
+        self.service["Spec"]["Labels"] = self.task["Spec"]["ContainerSpec"]["Labels"]
+        self.calls = []
+
+    def nodes(self):
+        return [self.node]
+
+    def services(self, filters=None):
+        return [self.service] if self.service else []
+
+    def tasks(self):
+        return [self.task] if self.task else []
+
+    def inspect_service(self, service_id):
+        if not self.service or service_id != "svc1":
+            raise engine_errors.NotFound("no such service")
+        return self.service
+
+    def inspect_task(self, task_id):
+        if not self.task or task_id != "task1":
+            raise engine_errors.NotFound("no such task")
+        return self.task
+
+    def update_service(self, service_id, version, mode, fetch_current_spec):
+        self.calls.append(("scale", mode["Replicated"]["Replicas"]))
+        self.service["Spec"]["Mode"] = mode
+        if self.node["Status"]["State"] == "ready":
+            self.task["Status"]["State"] = "shutdown"
+
+    def remove_service(self, service_id):
+        self.calls.append(("remove", service_id))
+        self.service = None
+        if self.task["Status"]["State"] not in HOLDING_STATES or not self.task["NodeID"]:
+            self.task = None
+
+
+HOLDING_STATES = {s for s, _, held in HOLDING if held}
+
+
+def test_a_running_task_is_stopped_before_its_service_goes_and_then_confirmed_gone():
+    manager = FakeManager()
+    assert SwarmEngine(manager, poll=0).remove_server(HUB, 12)
+    assert manager.calls == [("scale", 0), ("remove", "svc1")]
+    assert manager.task is None and manager.service is None
+
+
+@pytest.mark.parametrize("known", [("svc1",), ("task1",), ("gone",), ()])
+def test_a_server_is_found_by_its_labels_or_the_ids_known_to_be_its(known):
+    manager = FakeManager(task_state="complete")
+    assert SwarmEngine(manager, poll=0).remove_server(HUB, 12, known)
+    assert manager.calls == [("remove", "svc1")]
+
+
+def test_another_server_or_hub_is_left_alone():
+    manager = FakeManager()
+    engine = SwarmEngine(manager, poll=0)
+    manager.services = lambda filters=None: []  # the manager filters by label
+    assert engine.remove_server("otherhub", 12) and engine.remove_server(HUB, 99)
+    assert manager.calls == [] and manager.service is not None
+
+
+def test_a_task_on_a_node_that_is_down_is_never_confirmed_gone():
+    manager = FakeManager(node_state="down")
+    engine = SwarmEngine(manager, removal_timeout=0, poll=0)
+    assert not engine.remove_server(HUB, 12)
+    assert not engine.remove_server(HUB, 12, ("task1",))
+    assert manager.calls == [("scale", 0)]  # once: the service stays, its task's record too
+    assert manager.service is not None
+    manager.node["Status"]["State"] = "ready"
+    manager.task["Status"]["State"] = "failed"  # the node is back: its dockerd was killed
+    assert SwarmEngine(manager, poll=0).remove_server(HUB, 12)
+    assert manager.calls[-1] == ("remove", "svc1")
+
+
+def test_a_task_not_yet_on_a_node_goes_with_its_service():
+    manager = FakeManager(task_state="pending")
+    manager.task["NodeID"] = ""
+    assert SwarmEngine(manager, poll=0).remove_server(HUB, 12)
+    assert manager.calls == [("remove", "svc1")]
+
+
+def test_a_removal_not_confirmed_in_time_or_an_api_error_is_not_gone():
+    manager = FakeManager()
+    manager.update_service = lambda *a, **k: None  # the task never stops
+    assert not SwarmEngine(manager, removal_timeout=0, poll=0).remove_server(HUB, 12)
+
+    def broken(*args, **kwargs):
+        raise engine_errors.APIError("500 Server Error")
+
+    manager.tasks = broken
+    assert not SwarmEngine(manager, poll=0).remove_server(HUB, 12)
+
+
+def test_containers_and_stopped_since_read_the_managers_view():
+    manager = FakeManager(task_state="complete")
+    engine = SwarmEngine(manager)
+    [seen] = engine.containers()
+    assert (seen.node, seen.running, seen.name) == ("n2", False, "jupyter-ann-train")
+    assert engine.stopped_since(HUB, 0) == {12: pytest.approx(1796119200.123456)}
+    assert engine.stopped_since(HUB, 1796119201) == {}
+    assert engine.stopped_since("otherhub", 0) == {}
+    assert [(n.hostname, n.state) for n in engine.nodes()] == [("n2", "ready")]
