@@ -177,10 +177,15 @@ class SwarmEngine:
 
     def remove_server(self, hub: str, spawner_id: int, container_ids: tuple[str, ...] = ()) -> bool:
         """Remove one of our servers' services (by labels, and `container_ids`: service or
-        task IDs known to be its); True once Swarm lists no task of them. A task still
-        running is first stopped (its service scaled to 0), so that the service's removal
-        leaves no container running; one on a node that is down cannot be stopped, nor
-        its removal confirmed, until the node is back: False until then."""
+        task IDs known to be its); True once Swarm lists no task of them, waiting for that
+        at most `removal_timeout` seconds.
+
+        After `docker service rm`, Swarm lists the task (desired state "remove") until its
+        node reports the container exited, then drops it (dockerd 20.10: ~1.5 s for a
+        task that stops on SIGTERM). A task on a node that is down stays listed as
+        running, and its container may still run there: its service is only scaled to 0
+        (so nothing starts when the node returns, and the record of it stays), and the
+        removal is not confirmed (False) until the node is back."""
         try:
             return self._remove(hub, spawner_id, container_ids)
         except Exception as error:  # an API error, or no answer at all: not confirmed
@@ -213,7 +218,7 @@ class SwarmEngine:
             live = [t for t in tasks if t.get("NodeID") and holds(t, nodes.get(t["NodeID"]))]
             stranded = [t for t in live if not _on_ready_node(t, nodes)]
             for service in self._existing(services):
-                if any(t["ServiceID"] == service for t in live):
+                if any(t["ServiceID"] == service for t in stranded):
                     self._scale_to_zero(service)
                 else:
                     with contextlib.suppress(docker.errors.NotFound):  # gone meanwhile
@@ -255,7 +260,7 @@ class SwarmEngine:
         return found
 
     def _scale_to_zero(self, service: str) -> None:
-        """Stop the service's task: its container stops, its record stays until removed."""
+        """Stop the service's task when its node can: it is kept, and its task's record."""
         with contextlib.suppress(docker.errors.NotFound):  # gone meanwhile
             current = self.client.inspect_service(service)
             mode = current["Spec"].get("Mode") or {}

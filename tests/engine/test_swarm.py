@@ -414,8 +414,9 @@ def test_holds_reads_only_the_state_and_the_node():
 
 
 class FakeManager:
-    """A manager's low-level API, as far as SwarmEngine uses it: a scaled-to-0 task on a ready
-    node stops at the next look; a removed service's stopped tasks go with it."""
+    """A manager's low-level API, as far as SwarmEngine uses it, doing what dockerd 20.10 does
+    (measured on the bed): a removed service's task stays listed until its node says its
+    container exited, then goes; on a node that is down it stays, running."""
 
     def __init__(self, task_state="running", node_state="ready"):
         self.node = node_json("id2", "n2", state=node_state)
@@ -431,6 +432,12 @@ class FakeManager:
         return [self.service] if self.service else []
 
     def tasks(self):
+        task = self.task
+        if task and task["DesiredState"] == "remove" and self.node["Status"]["State"] == "ready":
+            if task["Status"]["State"] in HOLDING_STATES:
+                task["Status"]["State"] = "shutdown"  # the container exits
+            else:
+                self.task = None  # and then the task goes
         return [self.task] if self.task else []
 
     def inspect_service(self, service_id):
@@ -452,18 +459,29 @@ class FakeManager:
     def remove_service(self, service_id):
         self.calls.append(("remove", service_id))
         self.service = None
-        if self.task["Status"]["State"] not in HOLDING_STATES or not self.task["NodeID"]:
-            self.task = None
+        if self.task:
+            self.task["DesiredState"] = "remove"
+            if not self.task["NodeID"]:
+                self.task = None
 
 
 HOLDING_STATES = {s for s, _, held in HOLDING if held}
 
 
-def test_a_running_task_is_stopped_before_its_service_goes_and_then_confirmed_gone():
+def test_a_running_tasks_service_is_removed_and_confirmed_once_its_task_is_gone():
     manager = FakeManager()
+    listed = []
+    tasks = manager.tasks
+
+    def looked() -> list:
+        found = tasks()
+        listed.append([t["Status"]["State"] for t in found])
+        return found
+
+    manager.tasks = looked
     assert SwarmEngine(manager, poll=0).remove_server(HUB, 12)
-    assert manager.calls == [("scale", 0), ("remove", "svc1")]
-    assert manager.task is None and manager.service is None
+    assert manager.calls == [("remove", "svc1")]
+    assert listed == [["running"], ["shutdown"], []]
 
 
 @pytest.mark.parametrize("known", [("svc1",), ("task1",), ("gone",), ()])
@@ -488,10 +506,11 @@ def test_a_task_on_a_node_that_is_down_is_never_confirmed_gone():
     assert not engine.remove_server(HUB, 12, ("task1",))
     assert manager.calls == [("scale", 0)]  # once: the service stays, its task's record too
     assert manager.service is not None
+    assert manager.task["Status"]["State"] == "running"
     manager.node["Status"]["State"] = "ready"
     manager.task["Status"]["State"] = "failed"  # the node is back: its dockerd was killed
     assert SwarmEngine(manager, poll=0).remove_server(HUB, 12)
-    assert manager.calls[-1] == ("remove", "svc1")
+    assert manager.calls[-1] == ("remove", "svc1") and manager.task is None
 
 
 def test_a_task_not_yet_on_a_node_goes_with_its_service():
@@ -503,7 +522,7 @@ def test_a_task_not_yet_on_a_node_goes_with_its_service():
 
 def test_a_removal_not_confirmed_in_time_or_an_api_error_is_not_gone():
     manager = FakeManager()
-    manager.update_service = lambda *a, **k: None  # the task never stops
+    manager.tasks = lambda: [manager.task]  # the task never stops
     assert not SwarmEngine(manager, removal_timeout=0, poll=0).remove_server(HUB, 12)
 
     def broken(*args, **kwargs):
