@@ -5,6 +5,7 @@ from dataclasses import replace
 
 import docker.errors as engine_errors
 import pytest
+from docker.types import ContainerSpec, Mount, Placement, RestartPolicy, TaskTemplate
 
 from gpuspawner.core.errors import UnsafeContainerConfig
 from gpuspawner.core.pool import Grant, Holder
@@ -541,3 +542,32 @@ def test_containers_and_stopped_since_read_the_managers_view():
     assert engine.stopped_since(HUB, 1796119201) == {}
     assert engine.stopped_since("otherhub", 0) == {}
     assert [(n.hostname, n.state) for n in engine.nodes()] == [("n2", "ready")]
+
+
+def test_dockerspawners_swarm_shapes_are_isolated_too():
+    """SwarmSpawner builds its spec from docker-py's types: dicts with dockerd's own keys."""
+    template = TaskTemplate(
+        container_spec=ContainerSpec(
+            "notebook",
+            env={"NVIDIA_VISIBLE_DEVICES": "all", "A": "1"},
+            mounts=[Mount("/home/jovyan", "jupyterhub-user-ann")],
+        ),
+        placement=Placement(constraints=["node.hostname==n2"]),
+        restart_policy=RestartPolicy(condition="any"),
+    )
+    kwargs = {"task_template": template, "name": "jupyter-ann", "mode": {"replicated": {}}}
+    isolated = isolate_service(kwargs, GPU_GRANT, HUB, NODE_ID, volume_mounts=True)
+    spec = isolated["task_template"]["ContainerSpec"]
+    assert env(isolated) == {"A": "1", "NVIDIA_VISIBLE_DEVICES": "GPU-a,GPU-b"}
+    assert [m["Target"] for m in spec["Mounts"]] == [
+        "/home/jovyan",
+        "/var/run/nvidia-container-devices/GPU-a",
+        "/var/run/nvidia-container-devices/GPU-b",
+    ]
+    assert isolated["task_template"]["Placement"]["Constraints"] == [
+        "node.hostname==n2",
+        "node.id==nodeid2",
+    ]
+    assert isolated["task_template"]["RestartPolicy"] == {"Condition": "none"}
+    mounts = template["ContainerSpec"]["Mounts"]
+    assert [m["Target"] for m in mounts] == ["/home/jovyan"]  # the caller's, untouched
