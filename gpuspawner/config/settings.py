@@ -233,7 +233,9 @@ class GPUSettings(HasTraits):
         "packed" (default) fills partly used GPU pairs and quads first, keeping
         whole aligned blocks free for multi-GPU servers, and puts MIG instances
         and shared slots on the GPU already most used; "spread" keeps servers
-        apart instead.
+        apart instead. Where one pool spans several machines, a server's GPUs
+        come from one: "packed" the machine with the fewest free that fit,
+        "spread" the one with the most.
         """,
     )
     profiles = List(
@@ -246,7 +248,10 @@ class GPUSettings(HasTraits):
         `mem_limit`, `cpu_limit`), and what GPU it gets, one of: `gpus` (a number
         of whole GPUs), `mig_profile` (one MIG instance, such as "1g.10gb"),
         `shared` (True: one slot of a shared GPU); narrowed by `gpu_model` (a
-        pattern such as "*A100*") and `min_gpu_memory` (such as "40G"). Empty:
+        pattern such as "*A100*"), `min_gpu_memory` (such as "40G") and `nodes`
+        (the machines it may run on, such as ["gpu-new-1"]: where one pool spans
+        several; a machine not there now is no error, and a user's groups'
+        `nodes` apply too). Empty:
         CPU only, 1, 2, 4 and all whole GPUs, one MIG instance of each profile the
         machine has, a shared slot if any GPU is shared. Example::
 
@@ -266,7 +271,9 @@ class GPUSettings(HasTraits):
         Keys: `max_gpus_per_server`, `max_gpus_per_user`, `max_gpus_group` (all
         members together), counted in GPU-equivalents (a whole GPU 1, a MIG
         instance its share of its GPU's compute slices, a shared GPU's slot
-        1/slots), `profiles` (slugs the group may pick), the culling timeouts,
+        1/slots), `profiles` (slugs the group may pick), `nodes` (the machines
+        its members' GPU servers may run on, such as ["gpu-old-1"]; a machine not
+        there now is no error; a profile's `nodes` apply too), the culling timeouts,
         and for the waiting line `max_wait` (seconds a start may wait for GPUs;
         0, the default, refuses at once) and `priority` (higher goes first;
         default 0), and GPU-hour budgets over the last 7 days (rolling):

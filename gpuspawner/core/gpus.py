@@ -27,10 +27,11 @@ class MigInstance:
 
 @dataclass(frozen=True)
 class GPU:
-    """One device of the machine. Named by UUID: NVML indices can change across reboots.
+    """One device of a machine. Named by UUID: NVML indices can change across reboots.
 
     `mig_mode` is on for a GPU split into MIG instances (`mig`, possibly none yet):
-    such a GPU is handed out only instance by instance.
+    such a GPU is handed out only instance by instance. `node` names its machine
+    where one pool spans several (a Swarm node's name); "" on a single host.
     """
 
     uuid: str
@@ -39,6 +40,7 @@ class GPU:
     memory_total_bytes: int
     mig_mode: bool = False
     mig: tuple[MigInstance, ...] = ()
+    node: str = ""
 
     @property
     def memory_gib(self) -> int:

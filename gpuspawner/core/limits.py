@@ -10,6 +10,9 @@ instance its share of its GPU's compute slices, a shared GPU's slot 1/slots.
 On a pool of whole GPUs that is simply the number of GPUs; a refusal that
 involves a fraction says how it counted.
 
+A group's `nodes` keeps its members' servers on some machines (a course on the
+older ones); a profile's `nodes` applies as well (`UserLimits.request_for`).
+
 GPU-hour budgets are resolved here too (`Budgets`); `budgets` does their arithmetic.
 """
 
@@ -22,8 +25,11 @@ from fractions import Fraction
 from typing import Any
 
 from .errors import LimitsConfigError
+from .nodes import parse_nodes
 from .pool import Usage
+from .profiles import Profile
 from .schema import known_keys_only
+from .units import Request
 from .usage import WEEK
 from .words import COUNTING, DEFAULT_GROUP, amount, count_gpus, from_group, members
 
@@ -63,6 +69,7 @@ class Limits:
     gpu_hours_per_week: float | None = None
     gpu_hours_per_week_group: float | None = None
     stop_over_budget: bool = False
+    nodes: frozenset[str] | None = None  # the machines its members' servers may run on
 
 
 LIMIT_KEYS = tuple(f.name for f in fields(Limits))
@@ -105,9 +112,15 @@ class UserLimits:
     max_wait: Limited = Limited(0.0, None)  # seconds; 0: a start that cannot be served is refused
     priority: Limited = Limited(0, None)  # and the group the user waits as
     budgets: Budgets = field(default_factory=Budgets)
+    nodes: Limited = Limited(None, None)  # the machines their servers may run on; None: any
 
     def may_pick(self, slug: str) -> bool:
         return self.profiles.value is None or slug in self.profiles.value
+
+    def request_for(self, profile: Profile) -> Request:
+        """What this user's start on `profile` asks the pool for: on a machine both the
+        profile and their groups allow. Every start, wait and judgment of one uses this."""
+        return profile.request.only_on(self.nodes.value)
 
     def duration(self, key: str) -> Limited:
         """A culling limit (seconds) and where it came from; Limited(None, …) for never."""
@@ -240,10 +253,7 @@ class LimitsTable:
                 max_wait=wait,
                 priority=priority,
             )
-        profiles = Limited(None, None)
-        if all(lim.profiles is not None for lim in listed.values()):
-            allowed = frozenset().union(*(lim.profiles or () for lim in listed.values()))
-            profiles = Limited(allowed, ", ".join(listed))
+        profiles, nodes = (_allowed(listed, key) for key in ("profiles", "nodes"))
         group_hours = {n: lim.gpu_hours_per_week_group for n, lim in listed.items()}
         budgets = Budgets(
             most_generous("gpu_hours_per_week"),
@@ -261,7 +271,17 @@ class LimitsTable:
             max_wait=wait,
             priority=priority,
             budgets=budgets,
+            nodes=nodes,
         )
+
+
+def _allowed(listed: Mapping[str, Limits], key: str) -> Limited:
+    """The `profiles` or `nodes` any of the user's groups allows: None (any) where one of
+    them lists none."""
+    if any(getattr(lim, key) is None for lim in listed.values()):
+        return Limited(None, None)
+    allowed = frozenset[str]().union(*(getattr(lim, key) for lim in listed.values()))
+    return Limited(allowed, ", ".join(listed))
 
 
 def _highest(listed: Mapping[str, Limits], key: str) -> Limited:
@@ -307,6 +327,8 @@ def _parse_limits(
             values[key] = _hours(value, f"{where}[{key!r}]")
         elif key in FLAG_KEYS:
             values[key] = _flag(value, f"{where}[{key!r}]")
+        elif key == "nodes":
+            values[key] = parse_nodes(value, f"c.GPUSpawner.{where}[{key!r}]", LimitsConfigError)
         else:
             values[key] = _profiles(value, f"{where}[{key!r}]", profile_slugs)
     if default is not None:

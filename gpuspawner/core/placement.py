@@ -17,6 +17,12 @@ policy decides:
 - "spread" takes the one whose surroundings are least used, which keeps
   servers apart (cooler, less shared bandwidth) at the cost of fragmenting.
 
+A pool may span several machines (nodes); a server's units all come from one,
+since a container runs on one machine. The policy picks that machine too,
+among those with enough free: "packed" the one with the fewest free, so one
+machine fills before the next (keeping others whole for big requests);
+"spread" the one with the most. Within it, the wiring decides as above.
+
 Wiring matters only between whole GPUs. A MIG instance or a shared GPU's slot
 is one unit on one GPU, so `pack` only chooses the GPU: "packed" fills the GPU
 already most used (keeping other GPUs whole for whoever needs one), "spread"
@@ -26,10 +32,11 @@ the least used.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 
-from .units import Unit
+from .units import Request, Unit
+from .words import listed
 
 # A policy turns "free GPUs in the candidate group and in each group around it" into a
 # sort key: the smallest key wins.
@@ -49,14 +56,26 @@ SHARE_POLICIES: dict[str, Callable[[Fraction], Fraction]] = {
 }
 
 
+# The same for a machine with enough free units for a request: from how many it has free, a
+# sort key (the smallest wins; ties go to the machine's name).
+NODE_POLICIES: dict[str, Callable[[int], int]] = {
+    "packed": lambda free: free,
+    "spread": lambda free: -free,
+}
+
+
 class NotEnoughGPUs(Exception):
     """`requested` units, of which `free` of `total` are free; `needs` says what, in words
-    ("2", "a MIG instance 1g.10gb")."""
+    ("2", "a MIG instance 1g.10gb"). `why`, for a user, where freeing units anywhere would
+    not do: no machine has enough, or none it may use is there."""
 
-    def __init__(self, requested: int, free: int, total: int, needs: str = "") -> None:
+    def __init__(
+        self, requested: int, free: int, total: int, needs: str = "", why: str = ""
+    ) -> None:
         self.requested, self.free, self.total = requested, free, total
         self.needs = needs or str(requested)
-        super().__init__(f"{self.needs} requested, {free} of {total} free")
+        self.why = why
+        super().__init__(why or f"{self.needs} requested, {free} of {total} free")
 
 
 @dataclass(frozen=True)
@@ -157,6 +176,43 @@ class Placer:
             if len(chosen) == count:
                 break
         return chosen
+
+
+def one_node(
+    request: Request, free: Sequence[Unit], total: int, policy: str = "packed"
+) -> list[Unit]:
+    """The `free` units (of `total` matching) of the one machine `request` goes to, chosen
+    by policy among those with enough; NotEnoughGPUs if none has."""
+    if request.count > len(free):
+        raise NotEnoughGPUs(request.count, len(free), total, request.needs)
+    on: dict[str, list[Unit]] = {}
+    for unit in free:
+        on.setdefault(unit.node, []).append(unit)
+    fitting = [node for node, units in on.items() if len(units) >= request.count]
+    if not fitting:
+        most = max(len(units) for units in on.values())
+        why = (
+            f"{replace(request, gpus=len(free)).what} are free, but no single machine has "
+            f"{request.count} free: at most {most} on one machine."
+        )
+        raise NotEnoughGPUs(request.count, len(free), total, request.needs, why)
+    rank = NODE_POLICIES[policy]
+    return on[min(fitting, key=lambda node: (rank(len(on[node])), node))]
+
+
+def no_machine(request: Request, total: int) -> NotEnoughGPUs:
+    """The refusal of a request whose machines (`Request.nodes`) are all absent or
+    unreachable; `total`: its units on them."""
+    allowed = sorted(request.nodes or ())
+    if not allowed:
+        why = (
+            "may come from no machine: the profile's machines and your groups' have none in common"
+        )
+    elif len(allowed) == 1:
+        why = f"may come only from machine {allowed[0]}, which is not available now"
+    else:
+        why = f"may come only from machines {listed(allowed)}, none of which is available now"
+    return NotEnoughGPUs(request.count, 0, total, request.needs, f"{request.what} {why}.")
 
 
 def pack(free: Sequence[Unit], used: Mapping[str, Fraction], policy: str = "packed") -> Unit:

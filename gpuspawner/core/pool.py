@@ -5,6 +5,10 @@ of shared GPUs. Every change happens under one lock and in one step, so a unit
 is never held by two servers (and a shared GPU is never in more servers than
 it has slots), and an allocation takes all the units it asked for or none.
 
+The pool may span several machines (nodes): a grant's units all come from one
+(`placement.one_node`), and a machine that cannot be reached gives nothing
+until it is marked reachable again, while grants on it stay on the books.
+
 A grant (`grants.Grant`) ends in two steps: `begin_release` when the hub says the server ended
 (its GPUs stay held, "stopping"), `release` only once the container is known
 to be gone. Between the two, nobody else can be given those GPUs.
@@ -14,13 +18,22 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from enum import StrEnum
 from fractions import Fraction
 
 from .grants import Admission, Grant, Holder, Usage
-from .placement import PLACEMENT_POLICIES, NotEnoughGPUs, Placer, Topology, pack
+from .placement import (
+    PLACEMENT_POLICIES,
+    NotEnoughGPUs,
+    Placer,
+    Topology,
+    no_machine,
+    one_node,
+    pack,
+)
 from .units import Kind, Request, Unit, bare
 
 __all__ = ["Admission", "Grant", "Holder", "NotEnoughGPUs", "Usage"]
@@ -44,7 +57,8 @@ GONE = "no longer exists: the GPU's MIG layout changed"
 class Pool:
     """The shared pool. Thread-safe; every public method is one atomic step.
 
-    `units` may be plain UUIDs, each then a whole GPU (tests, benchmarks).
+    `units` may be plain UUIDs, each then a whole GPU (tests, benchmarks). `topology`
+    holds the wiring of every machine's GPUs; without it, each machine's is by index.
     """
 
     def __init__(
@@ -61,17 +75,25 @@ class Pool:
             raise ValueError(f"unknown placement policy {policy!r}: {sorted(PLACEMENT_POLICIES)}")
         self.policy = policy
         self._units = {u.id: u for u in found}
-        index = {u.gpu: u.index for u in found}
-        self.gpus = tuple(sorted(index, key=index.__getitem__))  # the physical GPUs, fixed
-        if topology is None:
-            topology = Topology.by_index(index)
-        self._placer = Placer(topology.restricted_to(self.gpus), policy)
+        place = {u.gpu: (u.node, u.index) for u in found}
+        self.gpus = tuple(sorted(place, key=place.__getitem__))  # the physical GPUs, fixed
+        machines: dict[str, dict[str, int]] = {}  # node → its GPUs' indices
+        for gpu in self.gpus:
+            node, index = place[gpu]
+            machines.setdefault(node, {})[gpu] = index
+        self._placers = {  # each machine's wiring: its part of `topology`, else by index
+            node: Placer(
+                topology.restricted_to(gpus) if topology else Topology.by_index(gpus), policy
+            )
+            for node, gpus in machines.items()
+        }
         self._clock = clock
         self._grants: dict[int, Grant] = {}
         self._holder_of: dict[str, int] = {}  # unit id → grant key
         self._unhealthy: dict[str, str] = {}  # GPU or device id → why
         self._external: dict[str, str] = {}  # GPU or device id → who uses it
         self._gone: set[str] = set()  # units a layout change removed while held
+        self._unreachable: dict[str, str] = {}  # node → why
         self._lock = threading.RLock()
 
     # --- what there is ------------------------------------------------------------
@@ -140,13 +162,14 @@ class Pool:
         if request.kind is None:
             return ()
         matching = [u for u in self._units.values() if request.matches(u)]
+        if request.nodes is not None and not request.nodes & self._reachable():
+            raise no_machine(request, len(matching))
         free = [u for u in matching if self._state(u) is DeviceState.FREE]
-        if request.count > len(free):
-            raise NotEnoughGPUs(request.count, len(free), len(matching), request.needs)
+        here = one_node(request, free, len(matching), self.policy)
         if request.kind is Kind.GPU:
-            chosen = self._placer.place({u.id for u in free}, request.count)
+            chosen = self._placers[here[0].node].place({u.id for u in here}, request.count)
             return tuple(self._units[uuid] for uuid in chosen)
-        return (pack(free, self._used_by_gpu(), self.policy),)
+        return (pack(here, self._used_by_gpu(), self.policy),)
 
     def _used_by_gpu(self) -> dict[str, Fraction]:
         used: dict[str, Fraction] = {}
@@ -214,7 +237,7 @@ class Pool:
             self._gone = (self._gone - set(before)) | set(kept)
             others = [u for u in self._units.values() if u.gpu != gpu]
             merged = [*others, *now.values(), *kept.values()]
-            merged.sort(key=lambda u: (u.index, u.position))
+            merged.sort(key=lambda u: (u.node, u.index, u.position))
             self._units = {u.id: u for u in merged}
             return True
 
@@ -231,6 +254,21 @@ class Pool:
         """Why this GPU or MIG instance itself was marked unhealthy (not its GPU's reason)."""
         with self._lock:
             return self._unhealthy.get(device)
+
+    def mark_unreachable(self, node: str, reason: str) -> None:
+        """A machine whose Docker cannot be reached: its units are neither free nor handed
+        out, and grants on it stay held until released."""
+        with self._lock:
+            self._unreachable[node] = reason
+
+    def mark_reachable(self, node: str) -> None:
+        with self._lock:
+            self._unreachable.pop(node, None)
+
+    def unreachable(self) -> dict[str, str]:
+        """The machines marked unreachable, and why."""
+        with self._lock:
+            return dict(self._unreachable)
 
     def set_external(self, users: dict[str, str]) -> None:
         """GPUs or MIG instances busy outside the hub (id → who), replacing the previous
@@ -280,14 +318,29 @@ class Pool:
         with self._lock:
             return sum(request.matches(u) for u in self._units.values())
 
-    def usable_count(self, request: Request) -> int:
-        """Units `request` could take once their servers end: not unhealthy, not used
-        outside the hub."""
-        unusable = (DeviceState.UNHEALTHY, DeviceState.EXTERNAL)
+    def on_one_machine(self, request: Request, usable: bool = False) -> int:
+        """The most units `request` could take on one machine (a grant's all come from one),
+        free or not: fewer than it asks for, and it can never start. `usable`: only those it
+        could take once their servers end (not unhealthy, not used outside the hub, not on
+        an unreachable machine)."""
+        unusable = (DeviceState.UNHEALTHY, DeviceState.EXTERNAL) if usable else ()
         with self._lock:
-            return sum(
-                request.matches(u) and self._state(u) not in unusable for u in self._units.values()
+            on = Counter(
+                u.node
+                for u in self._units.values()
+                if request.matches(u) and self._state(u) not in unusable
             )
+        return max(on.values(), default=0)
+
+    def refusal(self, request: Request) -> NotEnoughGPUs | None:
+        """What allocating `request` now would be refused with for want of units (limits
+        aside), without taking anything: for the spawn form."""
+        with self._lock:
+            try:
+                self._choose(request)
+            except NotEnoughGPUs as short:
+                return short
+            return None
 
     def usage(self) -> Usage:
         with self._lock:
@@ -316,7 +369,14 @@ class Pool:
     def _unhealth(self, unit: Unit) -> str | None:
         if unit.id in self._gone:
             return GONE
-        return self._unhealthy.get(unit.device) or self._unhealthy.get(unit.gpu)
+        return (
+            self._unreachable.get(unit.node)
+            or self._unhealthy.get(unit.device)
+            or self._unhealthy.get(unit.gpu)
+        )
+
+    def _reachable(self) -> set[str]:
+        return {u.node for u in self._units.values()} - set(self._unreachable)
 
     def _usage(self) -> Usage:
         usage = Usage()

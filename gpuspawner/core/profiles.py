@@ -7,7 +7,8 @@ stored `user_options` on later spawns.
 
 A profile asks for one kind of GPU: `gpus` whole GPUs (as ever), one MIG
 instance of a `mig_profile`, or one slot of a `shared` GPU; `gpu_model` (a
-shell-style pattern) and `min_gpu_memory` narrow down which.
+shell-style pattern) and `min_gpu_memory` narrow down which, and `nodes` on
+which machines.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from types import MappingProxyType
 from typing import Any
 
 from .errors import ProfileConfigError
+from .nodes import parse_nodes
 from .schema import known_keys_only
 from .units import MIG_PROFILE, Kind, Request, Unit, bare, parse_memory, tally
 from .words import count_gpus, listed, quoted
@@ -34,6 +36,7 @@ PROFILE_KEYS = (
     "shared",
     "gpu_model",
     "min_gpu_memory",
+    "nodes",
     "spawner_override",
 )
 KINDS_FIX = (
@@ -64,12 +67,18 @@ class Profile:
     shared: bool = False
     gpu_model: str = ""
     min_gpu_memory: int = 0
+    nodes: frozenset[str] | None = None  # the machines it may run on; None: any
 
     @property
     def request(self) -> Request:
         """What this profile asks the pool for."""
         return Request(
-            self.gpus, self.mig_profile, self.shared, self.gpu_model, self.min_gpu_memory
+            self.gpus,
+            self.mig_profile,
+            self.shared,
+            self.gpu_model,
+            self.min_gpu_memory,
+            nodes=self.nodes,
         )
 
 
@@ -134,7 +143,10 @@ def _parse_profile(entry: Any, position: int, units: Sequence[Unit]) -> Profile:
         )
     where = f"{where} ({slug})"
     request = _request(entry, where)
-    _check_capacity(request, where, units)
+    _check_capacity(request, where, units)  # on any machine: machines come and go
+    nodes = entry.get("nodes")
+    if nodes is not None:
+        nodes = parse_nodes(nodes, f"{where}: nodes", ProfileConfigError)
     override = entry.get("spawner_override", {})
     if not isinstance(override, Mapping):
         raise ProfileConfigError(f"{where}: spawner_override must be a dict")
@@ -149,6 +161,7 @@ def _parse_profile(entry: Any, position: int, units: Sequence[Unit]) -> Profile:
         shared=request.shared,
         gpu_model=request.gpu_model,
         min_gpu_memory=request.min_gpu_memory,
+        nodes=nodes,
     )
 
 

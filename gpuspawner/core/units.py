@@ -12,7 +12,9 @@ server can be given, with what each part of gpuspawner needs to know of it:
   some other container reaches it;
 - `weight`, in GPU-equivalents, which is what limits count: a whole GPU 1, a
   MIG instance its share of its GPU's compute slices (1g.10gb on an A100: 1/7),
-  a shared slot 1/slots.
+  a shared slot 1/slots;
+- `node`, the machine its GPU is in, where one pool spans several ("" on a
+  single host): one server's units all come from one node.
 
 Which kind a GPU gives is the machine's and the admin's word, never
 gpuspawner's: a GPU in MIG mode gives the instances an admin made
@@ -25,8 +27,8 @@ from __future__ import annotations
 import fnmatch
 import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from fractions import Fraction
 from typing import Any
@@ -61,6 +63,7 @@ class Unit:
     position: int = 0  # on its GPU: the MIG device index, or the slot number (from 1)
     slots: int = 0  # a shared GPU's number of slots
     mps_memory_limit: int = 0  # bytes each client of a shared GPU may pin, with MPS; 0: none
+    node: str = ""  # its GPU's machine (`GPU.node`)
 
     @property
     def name(self) -> str:
@@ -104,7 +107,9 @@ def bare(uuid: str, index: int = 0) -> Unit:
 
 
 def whole(gpu: GPU) -> Unit:
-    return Unit(gpu.uuid, gpu.uuid, gpu.uuid, gpu.index, gpu.model, gpu.memory_total_bytes)
+    return Unit(
+        gpu.uuid, gpu.uuid, gpu.uuid, gpu.index, gpu.model, gpu.memory_total_bytes, node=gpu.node
+    )
 
 
 @dataclass(frozen=True)
@@ -130,6 +135,7 @@ def units_of(gpu: GPU, sharing: Sharing | None = None) -> tuple[Unit, ...]:
                 weight=Fraction(mig.slices, max(mig.gpu_slices, mig.slices, 1)),
                 profile=mig.profile,
                 position=mig.position,
+                node=gpu.node,
             )
             for mig in gpu.mig
         )
@@ -148,6 +154,7 @@ def units_of(gpu: GPU, sharing: Sharing | None = None) -> tuple[Unit, ...]:
                 position=slot,
                 slots=sharing.slots,
                 mps_memory_limit=sharing.mps_memory_limit,
+                node=gpu.node,
             )
             for slot in range(1, sharing.slots + 1)
         )
@@ -161,7 +168,8 @@ def all_units(gpus: Iterable[GPU], shared: Mapping[str, Sharing]) -> list[Unit]:
 @dataclass(frozen=True)
 class Request:
     """What a profile asks the pool for: whole GPUs, one MIG instance, or one shared slot,
-    of a model (a shell-style pattern, case-insensitive) and with at least some memory."""
+    of a model (a shell-style pattern, case-insensitive) and with at least some memory, on
+    one of some machines (`nodes`; None: any)."""
 
     gpus: int = 0
     mig_profile: str = ""
@@ -169,6 +177,7 @@ class Request:
     gpu_model: str = ""
     min_gpu_memory: int = 0
     not_on: frozenset[str] = frozenset()  # units it must leave (kept for a waiting head)
+    nodes: frozenset[str] | None = None
 
     @property
     def kind(self) -> Kind | None:
@@ -187,11 +196,19 @@ class Request:
     def matches(self, unit: Unit) -> bool:
         if unit.kind is not self.kind or unit.memory_bytes < self.min_gpu_memory:
             return False
-        if unit.id in self.not_on:
+        if unit.id in self.not_on or (self.nodes is not None and unit.node not in self.nodes):
             return False
         if self.kind is Kind.MIG and unit.profile != self.mig_profile:
             return False
         return not self.gpu_model or fnmatch.fnmatchcase(unit.model.lower(), self.gpu_model.lower())
+
+    def only_on(self, nodes: Collection[str] | None) -> Request:
+        """The same request, placed only where `nodes` allows too (None: anywhere): a
+        profile's machines and a group's both apply."""
+        if nodes is None:
+            return self
+        allowed = frozenset(nodes)
+        return replace(self, nodes=allowed if self.nodes is None else self.nodes & allowed)
 
     @property
     def what(self) -> str:

@@ -45,6 +45,7 @@ class Seen:
     server: ServerLabels | None = None  # gpuspawner's labels, when present and readable
     label_problem: str | None = None  # gpuspawner's labels present but unreadable: why
     finished_at: float | None = None  # a stopped container: when it stopped, as Docker says
+    node: str = ""  # the machine it runs on (GPU.node: a Swarm node's hostname); "" on one host
 
 
 class Engine(Protocol):

@@ -101,25 +101,37 @@ def isolate(create_kwargs: dict[str, Any], grant: Grant, hub: str) -> dict[str, 
         )
     host_config = dict(create_kwargs.get("host_config") or {})
     host_config["DeviceRequests"] = device_requests(grant.uuids)
-    environment = {
-        name: value
-        for name, value in _env_dict(create_kwargs.get("environment")).items()
-        if not name.startswith(GUARDED_ENV)
-    }
-    if not grant.uuids:
-        # Without a device request the image's NVIDIA_VISIBLE_DEVICES (often "all")
-        # would reach the NVIDIA runtime wherever it is Docker's default.
-        environment["NVIDIA_VISIBLE_DEVICES"] = NO_GPU
-    environment.update(mps_environment(grant))
     return {
         **create_kwargs,
         "host_config": host_config,
-        "environment": environment,
+        "environment": guarded_environment(create_kwargs.get("environment"), grant),
         "labels": {**(create_kwargs.get("labels") or {}), **labels(grant, hub)},
     }
 
 
-def _env_dict(environment: Any) -> dict[str, str]:
+def guarded_environment(
+    environment: Any, grant: Grant, name_devices: bool = False
+) -> dict[str, str]:
+    """A container's environment with no GPU of its own choosing: the config's
+    NVIDIA_VISIBLE_DEVICES and DOCKER_RESOURCE_* dropped, "void" for a CPU-only server
+    (without a device request the image's value, often "all", would reach the NVIDIA
+    runtime wherever it is the default), the granted UUIDs where `name_devices` (a Swarm
+    task has no device request: the runtime reads them here), and the MPS memory cap."""
+    guarded = {
+        name: value
+        for name, value in env_dict(environment).items()
+        if not name.startswith(GUARDED_ENV)
+    }
+    if not grant.uuids:
+        guarded["NVIDIA_VISIBLE_DEVICES"] = NO_GPU
+    elif name_devices:
+        guarded["NVIDIA_VISIBLE_DEVICES"] = ",".join(grant.uuids)
+    guarded.update(mps_environment(grant))
+    return guarded
+
+
+def env_dict(environment: Any) -> dict[str, str]:
+    """An environment as Docker takes it (a mapping, or a list of "NAME=value") as a dict."""
     if not environment:
         return {}
     if isinstance(environment, Mapping):
@@ -144,11 +156,11 @@ def reach(inspected: Mapping[str, Any], default_runtime: str = "runc") -> Reach:
     mounted = [
         m.get("Source", "") for m in inspected.get("Mounts") or [] if m.get("Type") == "bind"
     ]
-    if host.get("Privileged") or any(_exposes_devices(path) for path in mounted):
+    if host.get("Privileged") or any(exposes_devices(path) for path in mounted):
         found |= Reach(every=True)
     runtime = host.get("Runtime") or default_runtime
     if runtime == "nvidia" and not host.get("DeviceRequests"):
-        env = _env_dict((inspected.get("Config") or {}).get("Env"))
+        env = env_dict((inspected.get("Config") or {}).get("Env"))
         found |= from_ids([env.get("NVIDIA_VISIBLE_DEVICES", "")])
     return found
 
@@ -160,7 +172,8 @@ def _asks_for_gpus(request: Mapping[str, Any]) -> bool:
     )
 
 
-def _exposes_devices(path: str) -> bool:
+def exposes_devices(path: str) -> bool:
+    """A bind of this host path shows the container device nodes (it is "/" or under /dev)."""
     path = clean_path(path)
     return forbidden_source(path) and (path == "/" or path.startswith("/dev"))
 
@@ -213,11 +226,11 @@ def seen(inspected: Mapping[str, Any], default_runtime: str = "runc") -> Seen:
         reach=reach(inspected, default_runtime),
         server=server,
         label_problem=problem,
-        finished_at=None if running else _moment(state.get("FinishedAt")),
+        finished_at=None if running else moment(state.get("FinishedAt")),
     )
 
 
-def _moment(text: Any) -> float | None:
+def moment(text: Any) -> float | None:
     """Docker's "2026-11-30T14:02:03.123456789Z" as seconds; None for its "never" (year 1)."""
     try:
         when = datetime.fromisoformat(str(text))

@@ -7,7 +7,7 @@ autoescape on. Admin template folders come first, then the packaged one.
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 import jinja2
@@ -69,11 +69,14 @@ def hardware(request: Request, units: Sequence[Unit]) -> str:
     return labels
 
 
-def availability(pool: Pool) -> list[Availability]:
-    """Free and total units of each kind and model, in the pool's order."""
+def availability(pool: Pool, nodes: Collection[str] | None = None) -> list[Availability]:
+    """Free and total units of each kind and model, in the pool's order, on the machines
+    `nodes` names (a user's groups' `nodes`; None: every machine)."""
     states = pool.states()
     groups: dict[tuple[object, ...], list[Unit]] = {}
     for unit in pool.units:
+        if nodes is not None and unit.node not in nodes:
+            continue
         key = (unit.kind, unit.model, unit.profile, unit.memory_bytes, unit.slots)
         groups.setdefault(key, []).append(unit)
     return [
@@ -108,20 +111,22 @@ def why_not_now(profile: Profile, limits: UserLimits, user_id: int, pool: Pool) 
 
 def _blocked(profile: Profile, limits: UserLimits, user_id: int, pool: Pool) -> tuple[str, bool]:
     """Why `profile` cannot start now ("" when it can), and whether waiting in line could
-    change that (too few free GPUs of a kind the machine has enough of, or the group's
+    change that (too few free units of a kind one machine has enough of, or the group's
     quota full)."""
-    request = profile.request
+    request = limits.request_for(profile)
     try:
         limits.admit(pool.weight_of(request), user_id, pool.usage())
     except LimitExceeded as exceeded:
         return str(exceeded), exceeded.waitable
-    free = pool.free_count(request)
-    if request.count <= free:
+    short = pool.refusal(request)
+    if short is None:
         return "", False
-    waitable = request.count <= pool.count(request)
+    waitable = request.count <= pool.on_one_machine(request)
+    if short.why:
+        return short.why, waitable
     if request.plain:
-        return f"Needs {request.gpus} free GPU(s); {free} free right now.", waitable
-    return f"Needs {request.what}; {free} of {pool.count(request)} free right now.", waitable
+        return f"Needs {request.gpus} free GPU(s); {short.free} free right now.", waitable
+    return f"Needs {request.what}; {short.free} of {short.total} free right now.", waitable
 
 
 def profile_rows(

@@ -5,8 +5,10 @@ last 7 days.
 Plain data for the admin page and its JSON twin. A row's `uuid` is what Docker
 gives its holder (a GPU's or MIG instance's UUID); `unit` is the books' key,
 which tells a shared GPU's slots apart; `gpu_uuid` and `index` name the GPU it
-is on; `telemetry` is that device's last sample (a MIG instance's own memory
-and processes; its GPU's temperature and power are on the GPU's rows' `gpu`).
+is on; `node` the machine it is on ("" on a single host); `telemetry` is that
+device's last sample (a MIG instance's own memory and processes; its GPU's
+temperature and power are on the GPU's rows' `gpu`). `by_node` counts each
+machine's units by kind, and `unreachable` says why a machine gives nothing now.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from ..core.nodes import counts_by_node
 from ..core.pool import DeviceState, Grant
 from ..core.units import Kind
 from ..core.usage import WEEK, report_rows
@@ -63,6 +66,7 @@ def pool_report(
                 "name": unit.name,
                 "kind": unit.kind.value,
                 "index": unit.index,
+                "node": unit.node,
                 "gpu_uuid": unit.gpu,
                 "model": unit.model,
                 "mig_profile": unit.profile or None,
@@ -80,16 +84,21 @@ def pool_report(
     counts = {state.value: 0 for state in DeviceState}
     for state in states.values():
         counts[state.value] += 1
+    by_node: dict[str, dict[str, dict[str, int]]] = {}
     by_kind: dict[str, dict[str, int]] = {}
-    for unit in pool.units:
-        kind = by_kind.setdefault(unit.kind.value, {"total": 0, "free": 0})
-        kind["total"] += 1
-        kind["free"] += states[unit.id] is DeviceState.FREE
+    for node, kinds in counts_by_node(pool.units, states).items():
+        for kind, count in kinds.items():
+            by_node.setdefault(node, {})[kind.value] = {"total": count.total, "free": count.free}
+            summed = by_kind.setdefault(kind.value, {"total": 0, "free": 0})
+            summed["total"] += count.total
+            summed["free"] += count.free
     return {
         "total": len(states),
         "free": pool.free_count(),
         "by_state": {**counts, "excluded": len(broker.site.excluded)},
         "by_kind": by_kind,
+        "by_node": by_node,
+        "unreachable": pool.unreachable(),
         "gpus": rows,
         "excluded": [
             {"uuid": g.uuid, "index": g.index, "model": g.model} for g in broker.site.excluded

@@ -165,12 +165,13 @@ class GPUSpawner(GPUSettings, DockerSpawner):
         units = pool.units
         limits = self._user_limits()
         budget = budgets.standing_of(self.broker, self.user.db, self.user.id, limits)
+        available = form.availability(pool, limits.nodes.value)  # on the user's machines
         return form.render(
             self.form_template_paths,
-            free=pool.free_count(),
-            total=len(units),
-            model=units[0].label if units else "",
-            availability=form.availability(pool),
+            free=sum(a.free for a in available),
+            total=sum(a.total for a in available),
+            model=units[0].label if available else "",
+            availability=available,
             rows=form.profile_rows(
                 self.broker.site.profiles,
                 limits,
@@ -224,32 +225,26 @@ class GPUSpawner(GPUSettings, DockerSpawner):
     async def _reserve(self, profile: Profile) -> Grant:
         """GPUs from the broker; a GPU start goes through the waiting line (`hub.waiting`)."""
         limits = self._user_limits()
-        user_id, holder = self.user.id, self.holder
+        user_id, holder, request = self.user.id, self.holder, limits.request_for(profile)
 
-        def reserve(request: Request) -> Grant:
+        def reserve(asked: Request) -> Grant:  # the request, or the line's narrower one
             with ALLOCATION_SECONDS.time():
                 return self.broker.reserve(
                     holder,
-                    request,
+                    asked,
                     admit=lambda usage, weight: limits.admit(weight, user_id, usage),
                 )
 
         try:
-            if profile.request.kind is None:
-                return reserve(profile.request)
+            if request.kind is None:
+                return reserve(request)
             return await self.broker.line.take(
-                holder, profile.slug, profile.display_name, profile.request, limits, reserve
+                holder, profile.slug, profile.display_name, request, limits, reserve
             )
         except LimitExceeded as exceeded:
             raise _refused(str(exceeded), "limit", 403) from None
         except NotEnoughGPUs as short:
-            raise _refused(
-                f"Not enough free GPUs: profile {profile.display_name!r} needs {short.needs}, "
-                f"{short.free} of {short.total} are free right now. Try again when another "
-                "server stops, or pick a profile with fewer GPUs.",
-                "capacity",
-                409,
-            ) from None
+            raise _refused(_not_enough(profile, short), "capacity", 409) from None
         except WaitEnded as ended:
             if ended.outcome == "removed":  # an admin's decision, not a refusal
                 raise _failed(str(ended), ended.reason, 409) from None
@@ -473,6 +468,21 @@ def _failed(message: str, reason: str, status_code: int) -> SpawnException:
     failure = SpawnException(message, reason=reason, status_code=status_code)
     failure.jupyterhub_message = message
     return failure
+
+
+def _not_enough(profile: Profile, short: NotEnoughGPUs) -> str:
+    """A start refused for want of GPUs, in the core's words where it has them (free GPUs on
+    different machines, or none of the allowed machines there)."""
+    if short.why:
+        return (
+            f"Profile {profile.display_name!r} cannot start now: {short.why} "
+            "Pick another profile, or try again later."
+        )
+    return (
+        f"Not enough free GPUs: profile {profile.display_name!r} needs {short.needs}, "
+        f"{short.free} of {short.total} are free right now. Try again when another "
+        "server stops, or pick a profile with fewer GPUs."
+    )
 
 
 def _options_from_form(formdata: dict[str, list[str]]) -> dict[str, Any]:

@@ -276,12 +276,12 @@ class Line:
             grant = entry.reserve(request or entry.request)
         except NotEnoughGPUs as short:
             entry.blocked = short
-            if self.pool.count(entry.request) < entry.request.count:  # no longer on the machine
+            if self.pool.on_one_machine(entry.request) < entry.request.count:  # never fits
                 self._end(entry).set_exception(short)
                 return Outcome.HELD
-            if self.pool.usable_count(entry.request) < entry.request.count:
-                return Outcome.HELD  # until GPUs are healthy or free of outside use again:
-                # keeping freed GPUs for it meanwhile would only idle them
+            if self.pool.on_one_machine(entry.request, usable=True) < entry.request.count:
+                return Outcome.HELD  # until GPUs are healthy, free of outside use or reachable
+                # again: keeping freed GPUs for it meanwhile would only idle them
             return Outcome.SHORT
         except LimitExceeded as over:
             entry.blocked = over

@@ -9,6 +9,7 @@ import sqlite3
 from fractions import Fraction
 
 import pytest
+from engines import GoneEngine
 
 from gpuspawner.config.settings import GPUSettings
 from gpuspawner.config.site import GPUSite
@@ -29,16 +30,6 @@ LIMITS = {
     "students": {"max_wait": 60, "max_gpus_group": 1},
     "impatient": {"max_wait": 0.2},
 }
-
-
-class GoneEngine:
-    """An engine whose containers are gone by the time anyone asks."""
-
-    def containers(self):
-        return []
-
-    def remove_server(self, hub, spawner_id, container_ids=()):
-        return True
 
 
 @pytest.fixture
