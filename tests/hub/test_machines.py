@@ -184,7 +184,8 @@ async def test_a_start_whose_machines_cannot_be_reached_waits_for_them(broker, d
     broker.pool.mark_unreachable("old", "machine old cannot be reached: dockerd does not answer")
     why = "1 GPU may come only from machine old, which is not available now."
     course = spawner_of(db, "ann", "patient-course")
-    assert reason(course._render_form(), "gpu-1").startswith(f"{why} You would wait in line")
+    waits = f"{why} If you start it now, you wait in line"
+    assert reason(course._render_form(), "gpu-1").startswith(waits)
     start = asyncio.ensure_future(course._reserve(profile(broker, "gpu-1")))
     await settle()
     assert not start.done() and broker.pool.free_count() == 2  # new's, not for it
