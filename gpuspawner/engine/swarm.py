@@ -28,7 +28,7 @@ import docker
 import docker.errors
 
 from .base import Seen
-from .docker import LABEL_HUB, LABEL_SPAWNER_ID, moment, read_labels
+from .docker import LABEL_HUB, LABEL_SPAWNER_ID, api_client, moment, read_labels
 from .swarmspec import isolate_service, pinned_node, spec_reach
 
 __all__ = ["SwarmEngine", "SwarmNode", "isolate_service", "task_seen"]
@@ -139,11 +139,7 @@ class SwarmEngine:
         cls, client_kwargs: Mapping[str, Any], tls_config: Mapping[str, Any] | None = None
     ) -> SwarmEngine:
         """An engine on a manager, configured as DockerSpawner configures its client."""
-        kwargs: dict[str, Any] = {"version": "auto", **docker.utils.kwargs_from_env()}
-        if tls_config:
-            kwargs["tls"] = docker.tls.TLSConfig(**tls_config)
-        kwargs.update(client_kwargs)
-        return cls(docker.APIClient(**kwargs))
+        return cls(api_client(client_kwargs, tls_config))
 
     def nodes(self) -> list[SwarmNode]:
         return [read_node(n) for n in self.client.nodes()]
