@@ -28,7 +28,7 @@ import docker
 import docker.errors
 
 from .base import Seen
-from .docker import LABEL_HUB, LABEL_SPAWNER_ID, api_client, moment, read_labels
+from .docker import LABEL_HUB, LABEL_SPAWNER_ID, moment, read_labels
 from .swarmspec import isolate_service, pinned_node, spec_reach
 
 __all__ = ["SwarmEngine", "SwarmNode", "isolate_service", "task_seen"]
@@ -134,13 +134,6 @@ class SwarmEngine:
         self.removal_timeout = removal_timeout  # how long remove_server waits for Swarm
         self.poll = poll
 
-    @classmethod
-    def connect(
-        cls, client_kwargs: Mapping[str, Any], tls_config: Mapping[str, Any] | None = None
-    ) -> SwarmEngine:
-        """An engine on a manager, configured as DockerSpawner configures its client."""
-        return cls(api_client(client_kwargs, tls_config))
-
     def nodes(self) -> list[SwarmNode]:
         return [read_node(n) for n in self.client.nodes()]
 
@@ -208,12 +201,13 @@ class SwarmEngine:
                 if t.get("ServiceID") in services or _labelled(t, labels)
             ]
             services |= {str(t["ServiceID"]) for t in tasks if t.get("ServiceID")}
-            if not tasks and not self._existing(services):
+            existing = self._existing(services)
+            if not tasks and not existing:
                 return True
             # A task not yet on a node runs nowhere: its service's removal keeps it off all.
             live = [t for t in tasks if t.get("NodeID") and holds(t, nodes.get(t["NodeID"]))]
             stranded = [t for t in live if not _on_ready_node(t, nodes)]
-            for service in self._existing(services):
+            for service in existing:
                 if any(t["ServiceID"] == service for t in stranded):
                     self._scale_to_zero(service)
                 else:
