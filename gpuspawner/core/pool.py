@@ -313,11 +313,6 @@ class Pool:
                 for u in self._units.values()
             )
 
-    def count(self, request: Request) -> int:
-        """Units `request` could take, free or not."""
-        with self._lock:
-            return sum(request.matches(u) for u in self._units.values())
-
     def on_one_machine(self, request: Request, usable: bool = False) -> int:
         """The most units `request` could take on one machine (a grant's all come from one),
         free or not: fewer than it asks for, and it can never start. `usable`: only those it

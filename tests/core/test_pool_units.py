@@ -152,11 +152,11 @@ def test_a_new_mig_layout_is_followed_and_held_instances_wait_for_their_servers(
     assert pool.follow_layout("GPU-a", new)
     assert pool.unhealthy_reason(held.id) == GONE
     assert pool.states()[held.id] is DeviceState.UNHEALTHY
-    assert pool.free_count(Request(mig_profile="3g")) == 2 and pool.count(SLICE) == 1
+    assert pool.free_count(Request(mig_profile="3g")) == 2 and pool.on_one_machine(SLICE) == 1
     assert not pool.follow_layout("GPU-a", new)  # nothing new: nothing to say
     pool.begin_release(1)
     pool.release(1)
-    assert held.id not in pool.ids and pool.count(SLICE) == 0
+    assert held.id not in pool.ids and pool.on_one_machine(SLICE) == 0
     assert not pool.follow_layout("GPU-nope", new)
 
 

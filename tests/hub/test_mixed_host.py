@@ -134,7 +134,7 @@ def test_a_mig_layout_changed_by_an_admin_is_followed_without_touching_other_gpu
     layout = [*HOST[:1], {**HOST[1], "mig": ["3g.40gb", "3g.40gb"]}, HOST[2]]
     host.write_text(json.dumps(layout))
     broker.follow_layout(broker.site.layout_now())
-    assert broker.pool.count(Request(mig_profile="3g.40gb")) == 2
+    assert broker.pool.on_one_machine(Request(mig_profile="3g.40gb")) == 2
     assert broker.pool.grant_of(ANN.spawner_id) == held  # the server keeps its instance
     assert broker.pool.states()[held.ids[0]] is DeviceState.UNHEALTHY
     assert broker.pool.grant_of(BOB.spawner_id) == h100
