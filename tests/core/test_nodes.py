@@ -24,6 +24,12 @@ def machine(node: str, size: int, model: str = H100) -> list[GPU]:
     return [GPU(f"GPU-{node}-{i}", i, model, 80 * GIB, node=node) for i in range(size)]
 
 
+def a100_in_mig_mode(uuid: str, index: int, instances: int, node: str) -> GPU:
+    """An A100 split into `instances` 1g.10gb MIG instances, on machine `node`."""
+    mig = tuple(MigInstance(f"MIG-{i}", "1g.10gb", 10 * GIB, 1, 7, i) for i in range(instances))
+    return GPU(uuid, index, "A100", 80 * GIB, True, mig, node=node)
+
+
 def server(n: int) -> Holder:
     return Holder(n, n, f"user{n}")
 
@@ -55,18 +61,7 @@ def refusal(pool: Pool, request: Request) -> NotEnoughGPUs:
     [
         (GPU("GPU-0", 0, H100, 80 * GIB, node="b"), None),
         (GPU("GPU-0", 0, H100, 80 * GIB, node="b"), Sharing(4)),
-        (
-            GPU(
-                "GPU-0",
-                0,
-                "A100",
-                80 * GIB,
-                True,
-                tuple(MigInstance(f"MIG-{i}", "1g.10gb", 10 * GIB, 1, 7, i) for i in range(3)),
-                node="b",
-            ),
-            None,
-        ),
+        (a100_in_mig_mode("GPU-0", 0, instances=3, node="b"), None),
     ],
 )
 def test_every_unit_of_a_gpu_is_on_its_machine(gpu, sharing):
@@ -267,15 +262,7 @@ def test_a_users_machines_are_those_any_of_their_groups_allows(groups, admin, al
 
 # --- free counts per machine, and machines that cannot be reached ----------------------------
 def test_counts_per_machine_and_kind():
-    a100 = GPU(
-        "GPU-m",
-        2,
-        "A100",
-        80 * GIB,
-        True,
-        tuple(MigInstance(f"MIG-{i}", "1g.10gb", 10 * GIB, 1, 7, i) for i in range(2)),
-        node="a",
-    )
+    a100 = a100_in_mig_mode("GPU-m", 2, instances=2, node="a")
     l40s = GPU("GPU-l", 0, "L40S", 48 * GIB, node="b")
     pool = Pool(all_units([*machine("a", 2), a100, l40s], {"GPU-l": Sharing(2)}))
     pool.allocate(server(1), 1)
