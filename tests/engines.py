@@ -7,5 +7,8 @@ class GoneEngine:
     def containers(self):
         return []
 
+    def unreachable(self):
+        return {}
+
     def remove_server(self, hub, spawner_id, container_ids=()):
         return True

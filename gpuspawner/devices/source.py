@@ -11,6 +11,7 @@ from typing import Any, Protocol
 from ..core.errors import InventoryConfigError
 from ..core.gpus import GPU, Telemetry
 from ..core.placement import Topology
+from ..core.reach import Reach
 from ..core.units import Sharing, Unit, all_units, parse_shared
 
 log = logging.getLogger("gpuspawner")
@@ -43,14 +44,27 @@ class Inventory:
         """What the pool hands out: whole GPUs, MIG instances, shared GPUs' slots."""
         return all_units(self.gpus, self.shared)
 
-    def uuid_by_index(self) -> dict[str, str]:
-        """NVML index (as text, as Docker device requests may name GPUs) → UUID."""
-        return {str(g.index): g.uuid for g in (*self.gpus, *self.excluded)}
+    def uuid_by_index(self, node: str = "") -> dict[str, str]:
+        """NVML index (as text, as Docker device requests may name GPUs) → UUID, on `node`."""
+        return {str(g.index): g.uuid for g in self._on(node)}
 
-    def machine(self) -> list[str]:
-        """Every GPU and MIG UUID of the machine, excluded ones too: what a container may reach."""
-        gpus = (*self.gpus, *self.excluded)
+    def machine(self, node: str = "") -> list[str]:
+        """Every GPU and MIG UUID of a machine, excluded ones too: what a container may reach."""
+        gpus = self._on(node)
         return [*(g.uuid for g in gpus), *(m.uuid for g in gpus for m in g.mig)]
+
+    def reached(self, reach: Reach, node: str) -> frozenset[str]:
+        """The GPU and MIG UUIDs a container on `node` reaches (indices are the node's own);
+        one on a machine the books do not know (a Swarm task not yet placed) reaches
+        whatever it could on any."""
+        nodes = {g.node for g in (*self.gpus, *self.excluded)}
+        where = [node] if node in nodes else sorted(nodes)
+        return frozenset().union(
+            *(reach.uuids(self.uuid_by_index(n), self.machine(n)) for n in where)
+        )
+
+    def _on(self, node: str) -> list[GPU]:
+        return [g for g in (*self.gpus, *self.excluded) if g.node == node]
 
 
 def discover(

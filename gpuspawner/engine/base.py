@@ -60,6 +60,11 @@ class Engine(Protocol):
         spawner id, as far as the engine remembers; {} where it cannot say."""
         ...
 
+    def unreachable(self) -> dict[str, str]:
+        """The machines (by `Seen.node`) where no new server may go now, and why in words:
+        a node that is down, or that an admin drained; {} on one host."""
+        ...
+
     def remove_server(self, hub: str, spawner_id: int, container_ids: tuple[str, ...] = ()) -> bool:
         """Force-remove every container of one of our servers (by its labels, and the
         `container_ids` known to be its); True once Docker confirms none is left."""

@@ -239,6 +239,18 @@ def moment(text: Any) -> float | None:
     return when.timestamp() if when.year > 1 else None
 
 
+def api_client(
+    client_kwargs: Mapping[str, Any], tls_config: Mapping[str, Any] | None = None
+) -> docker.APIClient:
+    """A client of the engine's own, configured as DockerSpawner configures its client
+    (DOCKER_HOST and friends, then `client_kwargs`, `tls_config`)."""
+    kwargs: dict[str, Any] = {"version": "auto", **docker.utils.kwargs_from_env()}
+    if tls_config:
+        kwargs["tls"] = docker.tls.TLSConfig(**tls_config)
+    kwargs.update(client_kwargs)
+    return docker.APIClient(**kwargs)
+
+
 class DockerEngine:
     """This host's Docker engine, through docker-py's low-level client (blocking calls)."""
 
@@ -249,13 +261,11 @@ class DockerEngine:
     def connect(
         cls, client_kwargs: Mapping[str, Any], tls_config: Mapping[str, Any] | None = None
     ) -> DockerEngine:
-        """An engine on its own client, configured as DockerSpawner configures its own
-        (DOCKER_HOST and friends, then `client_kwargs`, `tls_config`)."""
-        kwargs: dict[str, Any] = {"version": "auto", **docker.utils.kwargs_from_env()}
-        if tls_config:
-            kwargs["tls"] = docker.tls.TLSConfig(**tls_config)
-        kwargs.update(client_kwargs)
-        return cls(docker.APIClient(**kwargs))
+        """An engine on its own client (`api_client`)."""
+        return cls(api_client(client_kwargs, tls_config))
+
+    def unreachable(self) -> dict[str, str]:
+        return {}  # one host: if its Docker is down, nothing starts anywhere
 
     def containers(self) -> list[Seen]:
         default_runtime = self.client.info().get("DefaultRuntime") or "runc"

@@ -21,15 +21,15 @@ import contextlib
 import logging
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import docker
 import docker.errors
 
 from .base import Seen
-from .docker import LABEL_HUB, LABEL_SPAWNER_ID, moment, read_labels
-from .swarmspec import isolate_service, pinned_node, spec_reach
+from .docker import LABEL_HUB, LABEL_SPAWNER_ID, api_client, moment, read_labels
+from .swarmspec import GPU_NAME, isolate_service, pinned_node, spec_reach
 
 __all__ = ["SwarmEngine", "SwarmNode", "isolate_service", "task_seen"]
 
@@ -64,6 +64,8 @@ class SwarmNode:
     engine_version: str
     manager: bool
     address: str
+    gpus: tuple[str, ...] = ()  # the GPU UUIDs it advertises, in its daemon.json's order
+    labels: Mapping[str, str] = field(default_factory=dict)  # the admin's node labels
 
     @property
     def ready(self) -> bool:
@@ -81,8 +83,34 @@ def read_node(node: Mapping[str, Any]) -> SwarmNode:
         availability=str((node.get("Spec") or {}).get("Availability", "")),
         engine_version=str((description.get("Engine") or {}).get("EngineVersion", "")),
         manager=bool(node.get("ManagerStatus")),
-        address=str(status.get("Addr", "")),
+        address=_address(status, node.get("ManagerStatus") or {}),
+        gpus=advertised_gpus(description),
+        labels=dict((node.get("Spec") or {}).get("Labels") or {}),
     )
+
+
+def _address(status: Mapping[str, Any], manager: Mapping[str, Any]) -> str:
+    """Where the node's host-mode ports are: its address, which a manager may report as
+    0.0.0.0 (then its manager address, without the port, says)."""
+    address = str(status.get("Addr", ""))
+    if address in ("", "0.0.0.0") and manager.get("Addr"):
+        return str(manager["Addr"]).rpartition(":")[0]
+    return address
+
+
+def advertised_gpus(description: Mapping[str, Any]) -> tuple[str, ...]:
+    """The GPUs a node advertises as named generic resources (daemon.json's
+    `node-generic-resources`, e.g. "NVIDIA-GPU=GPU-…", as NVIDIA's Swarm guide sets it up):
+    the only inventory of a node the manager can read. Kinds naming GPUs, values that are
+    GPU or MIG UUIDs."""
+    resources = (description.get("Resources") or {}).get("GenericResources") or []
+    found = []
+    for resource in resources:
+        named = resource.get("NamedResourceSpec") or {}
+        kind, value = str(named.get("Kind", "")), str(named.get("Value", "")).strip()
+        if "GPU" in kind.upper() and GPU_NAME.match(value):
+            found.append(value)
+    return tuple(dict.fromkeys(found))
 
 
 def holds(task: Mapping[str, Any], node: SwarmNode | None) -> bool:
@@ -134,8 +162,26 @@ class SwarmEngine:
         self.removal_timeout = removal_timeout  # how long remove_server waits for Swarm
         self.poll = poll
 
+    @classmethod
+    def connect(
+        cls, client_kwargs: Mapping[str, Any], tls_config: Mapping[str, Any] | None = None
+    ) -> SwarmEngine:
+        """An engine on a client of its own, to a manager of the swarm."""
+        return cls(api_client(client_kwargs, tls_config))
+
     def nodes(self) -> list[SwarmNode]:
         return [read_node(n) for n in self.client.nodes()]
+
+    def unreachable(self) -> dict[str, str]:
+        """Nodes that are not ready (down: the manager has not heard from them), and nodes an
+        admin set to drain or pause: Swarm would not start a task there."""
+        found = {}
+        for node in self.nodes():
+            if not node.ready:
+                found[node.hostname] = f"node {node.hostname} is {node.state}"
+            elif node.availability not in ("", "active"):
+                found[node.hostname] = f"node {node.hostname} is set to {node.availability}"
+        return found
 
     def containers(self) -> list[Seen]:
         """Every task that is one of our servers (in any state), or holds GPUs."""

@@ -89,8 +89,6 @@ class Broker:
         self.telemetry: dict[str, Telemetry] = {}  # the monitor's latest sample
         self.idle = IdleClock()  # since when each grant's GPUs have all been idle
         self.executor = ThreadPoolExecutor(1, thread_name_prefix="gpuspawner-broker")
-        self._machine = site.inventory.machine()  # every GPU and MIG UUID a container may reach
-        self._by_index = site.inventory.uuid_by_index()
         self._containers: dict[int, set[str]] = {}  # grant key → container ids known to hold it
         self._removing: dict[int, asyncio.Task[None]] = {}
         self.stoppables: list[Callable[[], None]] = []  # the monitor and friends, for shutdown
@@ -243,7 +241,7 @@ class Broker:
         never guessed: a container reaching a shared GPU without naming its slot holds
         none, and the GPU stays out of the pool while it runs."""
         assert container.server is not None
-        reached = container.reach.uuids(self._by_index, self._machine)
+        reached = self.site.inventory.reached(container.reach, container.node)
         units = {u.id: u for u in self.pool.units}
         if container.server.units:
             return [i for i in container.server.units if i in units and units[i].device in reached]
@@ -273,7 +271,7 @@ class Broker:
             grant = None
             if container.server and container.server.spawner_id and self.is_ours(container):
                 grant = self.pool.grant_of(container.server.spawner_id)
-            for device in container.reach.uuids(self._by_index, self._machine):
+            for device in self.site.inventory.reached(container.reach, container.node):
                 if grant is None or device not in grant.uuids:
                     external[device] = f"container {container.name}"
         before = self.pool.externals()

@@ -43,6 +43,7 @@ class Observation:
     owners: dict[int, str] = field(default_factory=dict)  # GPU process → its container
     layout: dict[str, tuple[Unit, ...]] | None = None  # None: not read this time
     busy: dict[int, bool | None] = field(default_factory=dict)  # by grant key, from `apply`
+    unreachable: dict[str, str] | None = None  # machines no server may go to, and why
 
 
 Listener = Callable[[Observation], Awaitable[None] | None]
@@ -103,18 +104,44 @@ class Monitor:
         owners = self.owners(pid for sample in telemetry.values() for pid in sample.processes)
         try:
             containers = broker.engine.containers()
+            unreachable = broker.engine.unreachable()
         except Exception as error:
             return Observation(telemetry, None, str(error), owners, layout)
-        return Observation(telemetry, containers, None, owners, layout)
+        return Observation(telemetry, containers, None, owners, layout, unreachable=unreachable)
 
     def apply(self, observation: Observation) -> None:
         """Each step on its own: one that fails (a full disk under the ledger) is logged
         and costs only itself, never the removals or the watch for outside use."""
-        for step in (self._follow_gpus, self._record_use, self._follow_containers):
+        for step in (
+            self._follow_machines,
+            self._follow_gpus,
+            self._record_use,
+            self._follow_containers,
+        ):
             try:
                 step(observation)
             except Exception:
                 self.log.exception("gpuspawner: monitor step %s failed", step.__name__)
+
+    def _follow_machines(self, observation: Observation) -> None:
+        """Machines that went down (or were drained) give no new server their GPUs, and those
+        back give them again; servers there keep their grants until the engine confirms
+        them gone. Unknown while the engine does not answer: as last seen."""
+        if observation.unreachable is None:
+            return
+        pool, now = self.broker.pool, observation.unreachable
+        before = pool.unreachable()
+        for node in sorted({*before, *now}):
+            if before.get(node) == now.get(node):
+                continue
+            if node in now:
+                pool.mark_unreachable(node, now[node])
+                self.log.warning(
+                    "gpuspawner: %s: its GPUs go to no new server until it is back", now[node]
+                )
+            else:
+                pool.mark_reachable(node)
+                self.log.info("gpuspawner: node %s is back: its free GPUs can be given", node)
 
     def _follow_gpus(self, observation: Observation) -> None:
         broker = self.broker
