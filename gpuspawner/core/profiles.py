@@ -14,6 +14,7 @@ which machines.
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
@@ -93,10 +94,11 @@ def _units(pool: Offered) -> list[Unit]:
 
 
 def default_profiles(pool: Offered) -> list[Profile]:
-    """CPU only; 1, 2, 4 and all whole GPUs, as far as the pool has them; one MIG instance
-    of each profile the pool has; a shared GPU's slot, if any GPU is shared."""
+    """CPU only; 1, 2, 4 and all whole GPUs of a machine, as far as the pool's largest
+    machine has them (a server never spans machines); one MIG instance of each profile the
+    pool has; a shared GPU's slot, if any GPU is shared."""
     units = _units(pool)
-    whole = sum(u.kind is Kind.GPU for u in units)
+    whole = max(Counter(u.node for u in units if u.kind is Kind.GPU).values(), default=0)
     profiles = [Profile("cpu", "CPU only", 0, "No GPU: for editing, data work and small jobs.")]
     counts = sorted({n for n in (1, 2, 4, whole) if 0 < n <= whole})
     for n in counts:

@@ -23,6 +23,7 @@ from gpuspawner.core.units import Request
 from gpuspawner.devices.simulated import SimulatedSource
 from gpuspawner.hub import pages
 from gpuspawner.hub.broker import Broker
+from gpuspawner.hub.monitor import Monitor
 from gpuspawner.hub.report import pool_report
 from gpuspawner.hub.spawner import GPUSpawner
 
@@ -43,10 +44,20 @@ class Machines(SimulatedSource):
         return [replace(g, node="old" if g.index < len(gpus) // 2 else "new") for g in gpus]
 
 
+# As an admin may list them: 4 GPUs too, though no machine has 4.
+PROFILES = [
+    {"display_name": "CPU only", "slug": "cpu", "gpus": 0},
+    *(
+        {"display_name": f"{n} GPU{'s' * (n > 1)}", "slug": f"gpu-{n}", "gpus": n}
+        for n in (1, 2, 4)
+    ),
+]
+
+
 @pytest.fixture
 async def broker():
     """Two machines of 2 GPUs each."""
-    site = GPUSite.from_config(GPUSettings(group_limits=LIMITS), Machines(4))
+    site = GPUSite.from_config(GPUSettings(group_limits=LIMITS, profiles=PROFILES), Machines(4))
     broker = Broker(site, GoneEngine(), "jupyter", LOG)
     broker.install()
     yield broker
@@ -264,3 +275,34 @@ def test_one_hosts_report_names_one_machine_and_its_page_none():
     page = admin_page(report)
     assert 'data-testid="by-node"' not in page and 'data-testid="node"' not in page
     broker.executor.shutdown(wait=False)
+
+
+class Cluster(GoneEngine):
+    """Machines the engine says are down or drained, as a swarm's manager would."""
+
+    def __init__(self):
+        self.down: dict[str, str] = {}
+
+    def unreachable(self):
+        return dict(self.down)
+
+
+async def test_a_machine_that_goes_down_gives_no_start_its_gpus_until_it_is_back(broker, db):
+    broker.engine = cluster = Cluster()
+    monitor = Monitor(broker, LOG)
+    cluster.down = {"new": "node new is down"}
+    monitor.apply(monitor.observe())
+    assert broker.pool.unreachable() == {"new": "node new is down"}
+    spawners = [spawner_of(db, f"u{n}") for n in (1, 2, 3)]
+    on_old = [await s._reserve(profile(broker, "gpu-1")) for s in spawners[:2]]
+    assert {node_of(g) for g in on_old} == {"old"}
+    assert "Not enough free GPUs" in str(await refusal(spawners[2], "gpu-1"))
+    cluster.down = {}
+    monitor.apply(monitor.observe())
+    assert broker.pool.unreachable() == {}
+    assert node_of(await spawners[2]._reserve(profile(broker, "gpu-1"))) == "new"
+
+
+def test_default_profiles_ask_for_no_more_gpus_than_one_machine_has():
+    site = GPUSite.from_config(GPUSettings(), Machines(8))  # 4 on each of two machines
+    assert [p.slug for p in site.profiles] == ["cpu", "gpu-1", "gpu-2", "gpu-4"]
