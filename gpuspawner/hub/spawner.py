@@ -35,8 +35,10 @@ from ..core.pool import Grant, Holder
 from ..core.profiles import ANY_IMAGE, InvalidUserOptions, Profile, choose_profile
 from ..core.units import Request, units_in_words
 from ..core.words import duration, from_group, your_server
+from ..devices.source import GPUSource
 from ..engine import storage
-from ..engine.docker import isolate
+from ..engine.base import Engine
+from ..engine.docker import DockerEngine, isolate
 from . import budgets, form, notices, startup
 from .broker import Broker, BrokerNotRunning
 from .metrics import ALLOCATION_SECONDS, SPAWNS_REFUSED
@@ -342,20 +344,36 @@ class GPUSpawner(GPUSettings, DockerSpawner):
         return self._reserved_event
 
     def docker(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        if method != "create_container":
+        if method != f"create_{self.object_type}":
             return super().docker(method, *args, **kwargs)
         holder = self.holder
         grant = self.broker.grant_of(holder.spawner_id) or Grant(holder, (), time.time())
-        try:
-            kwargs = isolate(kwargs, grant, self.prefix)
-        except UnsafeContainerConfig as unsafe:
-            raise _failed(str(unsafe), "config", 500) from None
+
+        def create() -> Any:
+            try:
+                isolated = self.isolate(kwargs, grant)
+            except UnsafeContainerConfig as unsafe:
+                raise _failed(str(unsafe), "config", 500) from None
+            return self._docker(method, *args, **isolated)
+
         # Kept until the server ends: a cancelled start must wait for this create to finish
         # before the container can be confirmed gone.
-        self._create_in_flight: Future[Any] | None = self.executor.submit(
-            self._docker, method, *args, **kwargs
-        )
+        self._create_in_flight: Future[Any] | None = self.executor.submit(create)
         return asyncio.wrap_future(self._create_in_flight)
+
+    # --- where notebooks run: one host's Docker (SwarmGPUSpawner: a swarm's) -------------
+    def isolate(self, create_kwargs: dict[str, Any], grant: Grant) -> dict[str, Any]:
+        """The create call's arguments with exactly the grant's GPUs (`engine.docker.isolate`);
+        in a worker thread. UnsafeContainerConfig for a config that reaches more."""
+        return isolate(create_kwargs, grant, self.prefix)
+
+    def make_engine(self) -> Engine:
+        """The books' view of where notebooks run, on a client of its own (at hub start)."""
+        return DockerEngine.connect(self.client_kwargs, self.tls_config)
+
+    def make_gpu_source(self, engine: Engine) -> GPUSource | None:
+        """Where the GPUs are listed: None for the config's (NVML, or simulated GPUs)."""
+        return None
 
     async def progress(self) -> Any:
         async for status in self.broker.line.watch(self.orm_spawner.id, self._reserved):

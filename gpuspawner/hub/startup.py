@@ -34,7 +34,6 @@ from ..core.units import tally
 from ..core.words import server_name
 from ..devices.simulated import SimulatedSource
 from ..engine import processes
-from ..engine.docker import DockerEngine
 from ..records.ledger import Ledger
 from . import lease_api, metrics, notices, pages
 from .broker import Broker, BrokerNotRunning, KnownServers
@@ -102,13 +101,13 @@ async def start_broker(app: Any, spawner_class: Any = None) -> Broker:
         spawner = spawner_class.from_config(app.config)
         check_container_settings(spawner, spawner.group_overrides)
         check_overrides(lambda: spawner_class.from_config(app.config), spawner.group_overrides)
-        site = GPUSite.from_config(spawner)
+        engine = spawner.make_engine()
+        site = GPUSite.from_config(spawner, spawner.make_gpu_source(engine))
         ledger = _open_ledger(spawner.usage_ledger_file)
     except (GPUConfigError, TraitError) as error:
         app.log.critical("gpuspawner: %s", error)
         app.exit(1)
         raise  # app.exit raises SystemExit; a test's app may not
-    engine = DockerEngine.connect(spawner.client_kwargs, spawner.tls_config)
     broker = Broker(
         site,
         engine,

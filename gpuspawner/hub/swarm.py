@@ -1,0 +1,148 @@
+"""SwarmGPUSpawner: GPUSpawner on a Docker Swarm whose nodes are GPU servers.
+
+The books, the limits, the line and the form are GPUSpawner's; only where a
+notebook runs changes. The pool lists every node's GPUs as the node advertises
+them (`devices.swarm`), a grant is on one node (the placement policy picks it),
+and the notebook is dockerspawner's SwarmSpawner service made safe by
+`engine.swarmspec.isolate_service`: pinned to the grant's node by ID, given
+exactly its UUIDs, never restarted. The books read the swarm through
+`engine.swarm.SwarmEngine`: a server's GPUs come back only once Swarm lists
+no task of it, and a node that is down gives no new server its GPUs.
+
+Swarm without IPVS (and the hub outside the swarm's networks) reaches a
+notebook at a port published on its own node (host mode), so a service's
+endpoint is DNS round-robin with that port unless `network_name` puts the
+hub and the notebooks on one overlay network (`use_internal_ip`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pprint import pformat
+from typing import Any
+
+from docker.types import EndpointSpec, Mount
+from dockerspawner import SwarmSpawner
+from traitlets import Bool, default
+
+from ..core.errors import GPUConfigError
+from ..core.pool import Grant
+from ..devices.source import GPUSource
+from ..devices.swarm import SwarmSource
+from ..engine.base import Engine
+from ..engine.swarm import HOLDING, SwarmEngine, SwarmNode, isolate_service, read_node
+from .spawner import GPUSpawner
+
+
+class SwarmGPUSpawner(GPUSpawner, SwarmSpawner):
+    device_mounts = Bool(
+        True,
+        config=True,
+        help="""Also name a notebook's GPUs as the NVIDIA toolkit's volume-mount requests
+        (/dev/null bound at /var/run/nvidia-container-devices/<UUID>).
+
+        On a node whose toolkit has `accept-nvidia-visible-devices-as-volume-mounts =
+        true` these outrank NVIDIA_VISIBLE_DEVICES, an image's "all" included; elsewhere
+        they are harmless and NVIDIA_VISIBLE_DEVICES (always set) names the GPUs. Set
+        False only for a node setup that refuses such binds.""",
+    )
+
+    @default("use_internal_ip")
+    def _default_use_internal_ip(self) -> bool:
+        """On the notebooks' overlay network only when there is one to share with the hub."""
+        return bool(self.network_name)
+
+    def make_engine(self) -> Engine:
+        return SwarmEngine.connect(self.client_kwargs, self.tls_config)
+
+    def make_gpu_source(self, engine: Engine) -> GPUSource:
+        if self.simulate_gpus or self.simulated_host:
+            raise GPUConfigError(
+                "c.GPUSpawner.simulate_gpus and simulated_host describe one host: on a swarm, "
+                "the GPUs are those each node advertises (node-generic-resources)"
+            )
+        if not isinstance(engine, SwarmEngine):
+            raise TypeError(f"SwarmGPUSpawner needs a SwarmEngine, not {type(engine).__name__}")
+        return SwarmSource(engine.nodes)
+
+    # --- the service ---------------------------------------------------------------
+    def isolate(self, create_kwargs: dict[str, Any], grant: Grant) -> dict[str, Any]:
+        """The service on its GPUs' node, with exactly them, reached at a host-mode port."""
+        node = self._node(grant.units[0].node) if grant.units else None
+        isolated = isolate_service(
+            create_kwargs, grant, self.prefix, node.id if node else None, self.device_mounts
+        )
+        if not self.use_internal_ip:
+            isolated["endpoint_spec"] = EndpointSpec(
+                mode="dnsrr", ports={None: (self.port, "tcp", "host")}
+            )
+        return isolated
+
+    def _node(self, hostname: str) -> SwarmNode:
+        for node in map(read_node, self.client.nodes()):
+            if node.hostname == hostname:
+                return node
+        raise RuntimeError(f"node {hostname} is no longer in the swarm")
+
+    @property
+    def mounts(self) -> list[Mount]:
+        """`volumes` as service mounts: a named volume (a home) is made on the node by Swarm
+        (with `volume_driver` where one is set: homes that follow a user across nodes
+        need a driver that reaches shared storage), a host path is bound."""
+        driver = self.mount_driver_config
+        return [
+            Mount(
+                target=volume["bind"],
+                source=source,
+                type="bind" if source.startswith("/") else "volume",
+                read_only=volume["mode"] == "ro",
+                driver_config=None if source.startswith("/") else driver,
+            )
+            for source, volume in self.volume_binds.items()
+        ]
+
+    async def _prepare_storage(self) -> None:
+        """Nothing to make ready from the hub: Swarm makes a named volume on the node that
+        runs the task, the image's files copied in as Docker does on one host."""
+
+    # --- while it starts and runs ----------------------------------------------------
+    async def start_object(self) -> None:
+        """Wait until the task runs; a task Swarm gave up on (rejected: an image missing on
+        the node, a bad mount) fails the start at once, with Swarm's reason."""
+        while True:
+            task = await self.get_task()
+            if not task:
+                raise RuntimeError(f"Service {self.service_name} not found")
+            status = task["Status"]
+            state = status["State"].lower()
+            if state == "running":
+                return
+            if state not in HOLDING:
+                raise RuntimeError(
+                    f"Service {self.service_name} did not start ({state}): "
+                    f"{status.get('Err') or status.get('Message') or pformat(status)}"
+                )
+            await asyncio.sleep(0.5)  # Swarm gives no event for a task's state
+
+    async def get_ip_and_port(self) -> tuple[str, int]:
+        """Inside the overlay network, the service's name; else the host-mode port its task
+        published on its node, at the node's address."""
+        if self.use_internal_ip or self.use_internal_hostname:
+            return await super().get_ip_and_port()
+        task = await self.get_task()
+        ports = ((task or {}).get("Status") or {}).get("PortStatus", {}).get("Ports") or []
+        published = [p["PublishedPort"] for p in ports if p.get("TargetPort") == self.port]
+        if not task or not published:
+            raise RuntimeError(f"Service {self.service_name} published no port {self.port}")
+        node = read_node(await self.docker("inspect_node", task["NodeID"]))
+        return node.address, int(published[0])
+
+    async def poll(self) -> int | str | None:
+        """A server whose node is down has ended as far as its user can tell: say so. Its GPUs
+        stay held until Swarm confirms its task gone (`SwarmEngine.remove_server`)."""
+        task = await self.get_task()
+        if task and task.get("NodeID"):
+            node = read_node(await self.docker("inspect_node", task["NodeID"]))
+            if not node.ready:
+                return f"its node {node.hostname} is {node.state}"
+        return await super().poll()

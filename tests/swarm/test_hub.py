@@ -1,0 +1,159 @@
+"""A real hub with SwarmGPUSpawner on the three-node bed: 4 simulated GPUs per node (each
+node advertises them), servers spread over the nodes on exactly their UUIDs, a node that
+dies, and a hub killed with -9."""
+
+from __future__ import annotations
+
+import collections
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from realhub import Hub
+from swarmbed import NODES, SOCKETS, Swarm, wait_for
+
+from gpuspawner.engine.swarmspec import DEVICE_MOUNT_ROOT
+
+LIGHT = {
+    "cmd": ["python3", "-m", "http.server", "8888"],
+    "mem_limit": "64M",
+    "extra_container_spec": {"init": True},  # stops at once on SIGTERM
+}
+CONFIG = f"""
+c.JupyterHub.spawner_class = "gpu-swarm"
+c.JupyterHub.hub_ip = "10.250.0.1"  # the bed's host side, which its nodes reach
+c.DockerSpawner.pull_policy = "skip"  # the images are loaded into each node
+c.GPUSpawner.placement = "spread"
+c.GPUSpawner.monitor_interval = 1
+c.GPUSpawner.profiles = [
+    {{"display_name": "1 GPU", "slug": "gpu-1", "gpus": 1, "default": True,
+      "spawner_override": {LIGHT!r}}},
+]
+"""
+USERS = [f"u{n}" for n in range(1, 14)]
+MANAGER = f"unix://{SOCKETS}/n1.sock"
+
+
+@pytest.fixture(scope="module")
+def hub(swarm: Swarm, hub_factory) -> Iterator[Hub]:
+    assert all(len(swarm.gpus(n)) == 4 for n in NODES), "the bed runs 4 GPUs per node"
+    hub = hub_factory(CONFIG, env={"DOCKER_HOST": MANAGER})
+    hub.add_users(*USERS)
+    yield hub
+    hub.stop()  # its servers' services go with it (cleanup_servers)
+    for service in swarm.manager.services.list(filters={"name": hub.prefix}):
+        service.remove()
+
+
+def placed(hub: Hub) -> dict[str, tuple[str, str]]:
+    """user → (node, UUID) of each GPU held, as the hub's books say."""
+    return {g["holder"]["user"]: (g["node"], g["uuid"]) for g in hub.pool()["gpus"] if g["holder"]}
+
+
+def task_of(swarm: Swarm, hub: Hub, user: str) -> dict:
+    name = f"{hub.prefix}-{user}"
+    (service,) = [s for s in swarm.manager.services.list(filters={"name": name}) if s.name == name]
+    (task,) = [t for t in service.tasks() if t["DesiredState"] == "running"]
+    return task
+
+
+def container_on(swarm: Swarm, node: str, task: dict) -> dict:
+    """The task's container as its own node's dockerd has it."""
+    client = swarm.clients[node].api
+    (found,) = client.containers(filters={"label": f"com.docker.swarm.task.id={task['ID']}"})
+    return client.inspect_container(found["Id"])
+
+
+def test_twelve_servers_spread_over_three_nodes_each_on_exactly_its_gpu(swarm: Swarm, hub: Hub):
+    for user in USERS[:3]:  # "spread": each to the emptiest node
+        hub.spawn_ready(user)
+    assert sorted(node for node, _ in placed(hub).values()) == ["n1", "n2", "n3"]
+    for user in USERS[3:12]:
+        assert hub.spawn(user).status_code in (201, 202)
+    for user in USERS[3:12]:
+        hub.wait_ready(user)
+
+    books = placed(hub)
+    assert collections.Counter(node for node, _ in books.values()) == {"n1": 4, "n2": 4, "n3": 4}
+    assert len({uuid for _, uuid in books.values()}) == 12  # no GPU twice
+    for user, (node, uuid) in books.items():
+        assert uuid in swarm.gpus(node)
+        task = task_of(swarm, hub, user)
+        assert task["NodeID"] == swarm.node_id(node)
+        container = container_on(swarm, node, task)
+        env = dict(e.split("=", 1) for e in container["Config"]["Env"])
+        assert env["NVIDIA_VISIBLE_DEVICES"] == uuid
+        requests = [m["Destination"] for m in container["Mounts"]]
+        assert [r for r in requests if r.startswith(DEVICE_MOUNT_ROOT)] == [
+            f"{DEVICE_MOUNT_ROOT}/{uuid}"
+        ]
+
+    refused = hub.spawn(USERS[12])
+    assert refused.status_code == 409
+    assert "Not enough free GPUs" in refused.json()["message"]
+    assert hub.server_model(USERS[12]) is None
+    assert placed(hub) == books  # the refusal took nothing
+
+
+def test_a_dead_node_gives_its_gpus_to_nobody_until_it_is_back(swarm: Swarm, hub: Hub):
+    books = placed(hub)
+    on_n3 = sorted(u for u, (node, _) in books.items() if node == "n3")
+    n3_gpus = {uuid for node, uuid in books.values() if node == "n3"}
+    others = sorted(set(books) - set(on_n3))
+    try:
+        swarm.kill("n3")
+        wait_for(lambda: "n3" in hub.pool()["unreachable"], "the hub marks n3 unreachable")
+        # Its users see their servers gone; their GPUs stay held until Swarm says so.
+        for user in on_n3:
+            hub.wait_gone(user, timeout=60)
+        assert {g["uuid"] for g in hub.pool()["gpus"] if g["node"] == "n3" and g["holder"]} == (
+            n3_gpus
+        )
+        # A GPU freed elsewhere goes to the next start; nothing of n3 does.
+        hub.stop_server(others[0])
+        hub.spawn_ready(USERS[12])
+        assert placed(hub)[USERS[12]] == books[others[0]]
+        assert hub.spawn(others[0]).status_code == 409
+        for user in others[1:]:
+            assert hub.server_model(user)["ready"]
+    finally:
+        swarm.restart()
+    wait_for(lambda: "n3" not in hub.pool()["unreachable"], "the hub marks n3 back")
+    wait_for(
+        lambda: not any(g["holder"] for g in hub.pool()["gpus"] if g["node"] == "n3"),
+        "n3's GPUs freed once Swarm reports its tasks gone",
+    )
+    assert not swarm.clients["n3"].containers.list(filters={"name": hub.prefix})
+
+
+def test_after_kill_9_the_restarted_hub_has_the_same_books(swarm: Swarm, hub: Hub):
+    before = placed(hub)
+    assert before  # servers run on n1 and n2
+    hub.kill()
+    hub.start()
+    assert placed(hub) == before
+    for user in before:
+        assert hub.server_model(user)["ready"]
+    held = [uuid for _, uuid in placed(hub).values()]
+    assert len(held) == len(set(held))
+
+
+def test_doctor_has_a_line_per_node(hub: Hub):
+    doctor = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "gpuspawner"),
+            "doctor",
+            "--config",
+            str(hub.config_file),
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "DOCKER_HOST": MANAGER, "NO_COLOR": "1"},
+        timeout=300,
+    )
+    lines = doctor.stdout.splitlines()
+    for node in NODES:
+        assert any(f"Node {node}:" in line for line in lines), doctor.stdout
