@@ -1,10 +1,10 @@
 """`gpuspawner doctor`: can this host run the hub, and if not, what to fix.
 
 The checks follow the setup guide's order — Docker, the NVIDIA Container
-Toolkit, the driver and GPUs, the hub's config, its images, the hub's
-address — and each prints one PASS, WARN or FAIL line, with the fix under
-every WARN and FAIL. Any FAIL makes the exit status 1, so doctor can gate a
-deploy.
+Toolkit, the driver and GPUs, the hub's config, its Swarm's nodes where it
+has one, its images, the hub's address — and each prints one PASS, WARN or
+FAIL line, with the fix under every WARN and FAIL. Any FAIL makes the exit
+status 1, so doctor can gate a deploy.
 """
 
 from __future__ import annotations
@@ -15,14 +15,20 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 import docker
 import jupyterhub
+from docker.errors import DockerException
+from dockerspawner import SwarmSpawner
+from requests.exceptions import RequestException
 
 from ..devices.simulated import SimulatedSource
+from ..devices.source import GPUSource
+from ..devices.swarm import SwarmSource
 from ..engine.docker import bridge_gateway
-from . import dockerchecks, hubconfig, toolkit
+from ..engine.swarm import SwarmEngine, SwarmNode
+from . import dockerchecks, hubconfig, swarmchecks, toolkit
 from .checks import (
     Finding,
     Status,
@@ -33,6 +39,7 @@ from .checks import (
     judge_toolkit,
     not_checked,
     nvml_findings,
+    passed,
     simulated_gpu_findings,
 )
 
@@ -59,6 +66,7 @@ def examine(config_path: Path, simulate: int | None, simulated_load: str) -> lis
         config_finding = judge_config(config_path, site)
     except hubconfig.ConfigError as unusable:
         config_finding = judge_config(config_path, unusable)
+    nodes, swarm_findings = _swarm(site.spawner) if site else (None, [])
     images = []
     if client and site:
         # each asks its image's jupyterhub-singleuser, which takes seconds: ask them all at once
@@ -78,28 +86,63 @@ def examine(config_path: Path, simulate: int | None, simulated_load: str) -> lis
             findings.append(dockerchecks.judge_device_driver(probe_image, probe_error))
         else:
             findings.append(not_checked(driver, NO_CONFIG if site is None else NO_IMAGE))
-        findings.append(dockerchecks.judge_default_runtime(client.info()))
+        if nodes is None:  # a swarm's nodes need nvidia as theirs: their lines say so
+            findings.append(dockerchecks.judge_default_runtime(client.info()))
 
-    source = hubconfig.gpu_source(site, simulate, simulated_load)
+    source: GPUSource | None = None
     driver_cuda = None
-    if isinstance(source, SimulatedSource):
-        findings += simulated_gpu_findings(source)
+    if nodes is not None:  # the GPUs are on the nodes: this host's driver is not asked
+        source = SwarmSource(lambda: nodes)
+        advertised = sum(len(n.gpus) for n in nodes)
+        findings.append(
+            passed("GPUs", f"{advertised} advertised by {len(nodes)} Swarm node(s), below")
+        )
+    elif swarm_findings:
+        findings.append(not_checked("GPUs", "the Swarm manager does not answer (see its line)"))
     else:
-        gpu_findings, driver_cuda = nvml_findings()
-        findings += gpu_findings
+        source = hubconfig.gpu_source(site, simulate, simulated_load)
+        if isinstance(source, SimulatedSource):
+            findings += simulated_gpu_findings(source)
+        else:
+            gpu_findings, driver_cuda = nvml_findings()
+            findings += gpu_findings
 
     findings.append(config_finding)
     if site is None:
         return [*findings, not_checked("Images and hub address", NO_CONFIG)]
     findings += [
-        judge_gpu_settings(site, source),
+        judge_gpu_settings(site, source)
+        if source
+        else not_checked("GPU profiles and limits", "no GPUs to check them against"),
         judge_container_settings(site),
         judge_logins(site),
+        *swarm_findings,
     ]
     if client is None:
         return [*findings, not_checked("Images and hub address", NO_DOCKER)]
     findings += [dockerchecks.judge_image(i, jupyterhub.__version__, driver_cuda) for i in images]
     return [*findings, _hub_finding(client, site, probe_image)]
+
+
+def _swarm(spawner: Any) -> tuple[list[SwarmNode] | None, list[Finding]]:
+    """The nodes, and a line per node, when the hub's servers run on a Swarm; (None, [])
+    on one host, and (None, [its FAIL]) when the manager does not answer."""
+    make_engine = getattr(spawner, "make_engine", None)
+    if make_engine is None:  # a spawner from before engines were made by it: one host
+        return None, []
+    try:
+        engine = make_engine()
+    except (DockerException, RequestException) as error:
+        if isinstance(spawner, SwarmSpawner):
+            return None, [swarmchecks.judge_swarm_unreachable(str(error))]
+        return None, []  # one host's engine: the Docker line says whether Docker answers
+    if not isinstance(engine, SwarmEngine):
+        return None, []
+    try:
+        nodes = engine.nodes()
+    except (DockerException, RequestException) as error:  # no answer, or not a manager
+        return None, [swarmchecks.judge_swarm_unreachable(str(error))]
+    return nodes, swarmchecks.judge_nodes(nodes)
 
 
 def _hub_finding(
