@@ -55,10 +55,10 @@ class Inventory:
 
     def reached(self, reach: Reach, node: str) -> frozenset[str]:
         """The GPU and MIG UUIDs a container on `node` reaches (indices are the node's own);
-        one on a machine the books do not know (a Swarm task not yet placed) reaches
-        whatever it could on any."""
+        one on no machine yet (node "" in a swarm: a task not yet placed) reaches whatever
+        it could on any, and one on a machine without GPUs reaches none."""
         nodes = {g.node for g in (*self.gpus, *self.excluded)}
-        where = [node] if node in nodes else sorted(nodes)
+        where = sorted(nodes) if node == "" and node not in nodes else [node]
         return frozenset().union(
             *(reach.uuids(self.uuid_by_index(n), self.machine(n)) for n in where)
         )

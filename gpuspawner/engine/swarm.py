@@ -170,7 +170,17 @@ class SwarmEngine:
         return cls(api_client(client_kwargs, tls_config))
 
     def nodes(self) -> list[SwarmNode]:
-        return [read_node(n) for n in self.client.nodes()]
+        """One per hostname: a machine that left the swarm and joined again is listed twice
+        (its old entry down until `docker node rm`); the ready one is the machine."""
+        found: dict[str, SwarmNode] = {}
+        for node in map(read_node, self.client.nodes()):
+            if node.hostname not in found or (node.ready and not found[node.hostname].ready):
+                found[node.hostname] = node
+        return list(found.values())
+
+    def _by_id(self) -> dict[str, SwarmNode]:
+        """Every entry, stale ones too: where a task is, by its NodeID."""
+        return {node.id: node for node in map(read_node, self.client.nodes())}
 
     def unreachable(self) -> dict[str, str]:
         """Nodes that are not ready (down: the manager has not heard from them), and nodes an
@@ -185,7 +195,7 @@ class SwarmEngine:
 
     def containers(self) -> list[Seen]:
         """Every task that is one of our servers (in any state), or holds GPUs."""
-        nodes = {n.id: n for n in self.nodes()}
+        nodes = self._by_id()
         services = {s["ID"]: s for s in self.client.services()}
         found = []
         for task in self.client.tasks():
@@ -240,7 +250,7 @@ class SwarmEngine:
                 filters={"label": [f"{k}={v}" for k, v in labels.items()]}
             )
             services |= {s["ID"] for s in listed}
-            nodes = {n.id: n for n in self.nodes()}
+            nodes = self._by_id()
             tasks = [
                 t
                 for t in self.client.tasks()

@@ -18,12 +18,14 @@ hub and the notebooks on one overlay network (`use_internal_ip`).
 from __future__ import annotations
 
 import asyncio
+import time
 from pprint import pformat
 from typing import Any
 
+import docker.errors
 from docker.types import EndpointSpec, Mount
 from dockerspawner import SwarmSpawner
-from traitlets import Bool, default
+from traitlets import Bool, Float, default
 
 from ..core.errors import GPUConfigError
 from ..core.pool import Grant
@@ -35,6 +37,7 @@ from .spawner import GPUSpawner
 
 
 class SwarmGPUSpawner(GPUSpawner, SwarmSpawner):
+    _down_since: float | None = None  # since when this server's node has been down
     device_mounts = Bool(
         True,
         config=True,
@@ -45,6 +48,16 @@ class SwarmGPUSpawner(GPUSpawner, SwarmSpawner):
         true` these outrank NVIDIA_VISIBLE_DEVICES, an image's "all" included; elsewhere
         they are harmless and NVIDIA_VISIBLE_DEVICES (always set) names the GPUs. Set
         False only for a node setup that refuses such binds.""",
+    )
+
+    node_down_grace = Float(
+        30.0,
+        config=True,
+        help="""Seconds a server's node must stay down before the hub ends the server.
+
+        Swarm calls a node down once it misses its heartbeats (about 5 s); a short network
+        blip should not end the notebooks there. Until then, and until the node is back
+        and Swarm confirms the server's task gone, its GPUs stay held.""",
     )
 
     @default("use_internal_ip")
@@ -72,14 +85,14 @@ class SwarmGPUSpawner(GPUSpawner, SwarmSpawner):
         isolated = isolate_service(
             create_kwargs, grant, self.prefix, node.id if node else None, self.device_mounts
         )
-        if not self.use_internal_ip:
+        if not self.use_internal_ip and not self.extra_endpoint_spec:
             isolated["endpoint_spec"] = EndpointSpec(
                 mode="dnsrr", ports={None: (self.port, "tcp", "host")}
             )
         return isolated
 
     def _node(self, hostname: str) -> SwarmNode:
-        for node in map(read_node, self.client.nodes()):
+        for node in SwarmEngine(self.client).nodes():
             if node.hostname == hostname:
                 return node
         raise RuntimeError(f"node {hostname} is no longer in the swarm")
@@ -116,6 +129,7 @@ class SwarmGPUSpawner(GPUSpawner, SwarmSpawner):
             status = task["Status"]
             state = status["State"].lower()
             if state == "running":
+                self._down_since = None
                 return
             if state not in HOLDING:
                 raise RuntimeError(
@@ -138,11 +152,26 @@ class SwarmGPUSpawner(GPUSpawner, SwarmSpawner):
         return node.address, int(published[0])
 
     async def poll(self) -> int | str | None:
-        """A server whose node is down has ended as far as its user can tell: say so. Its GPUs
-        stay held until Swarm confirms its task gone (`SwarmEngine.remove_server`)."""
+        """A server whose node has been down for `node_down_grace` has ended as far as its
+        user can tell: say so. Its GPUs stay held until Swarm confirms its task gone
+        (`SwarmEngine.remove_server`). Only "down" counts: Swarm calls every node
+        "unknown" for a moment whenever a manager takes over, and "disconnected" while
+        it looks for one, and the notebooks there run on."""
         task = await self.get_task()
         if task and task.get("NodeID"):
-            node = read_node(await self.docker("inspect_node", task["NodeID"]))
-            if not node.ready:
-                return f"its node {node.hostname} is {node.state}"
+            down = await self._node_down(task["NodeID"])
+            if down is None:
+                self._down_since = None
+            else:
+                self._down_since = getattr(self, "_down_since", None) or time.monotonic()
+                if time.monotonic() - self._down_since >= self.node_down_grace:
+                    return down
         return await super().poll()
+
+    async def _node_down(self, node_id: str) -> str | None:
+        """Why the node is gone, in words; None while it is not down."""
+        try:
+            node = read_node(await self.docker("inspect_node", node_id))
+        except docker.errors.NotFound:
+            return f"its node {node_id} has left the swarm"
+        return f"its node {node.hostname} is down" if node.state == "down" else None

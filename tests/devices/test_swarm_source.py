@@ -64,6 +64,7 @@ def test_no_telemetry_from_afar_reads_as_unknown():
         (from_ids(["GPU-b0"]), "b", {"GPU-b0"}),
         (from_ids(["0"]), "", {"GPU-a0", "GPU-b0"}),  # a task not yet on a node: on any
         (from_ids(["GPU-zz"]), "a", {"GPU-a0", "GPU-a1"}),  # unknown there: the worst
+        (from_ids(["all"]), "cpu", set()),  # a machine without GPUs: none of the others'
     ],
 )
 def test_a_container_reaches_gpus_on_its_own_node(reach, node, reached):

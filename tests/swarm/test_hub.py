@@ -28,6 +28,7 @@ c.JupyterHub.hub_ip = "10.250.0.1"  # the bed's host side, which its nodes reach
 c.DockerSpawner.pull_policy = "skip"  # the images are loaded into each node
 c.GPUSpawner.placement = "spread"
 c.GPUSpawner.monitor_interval = 1
+c.SwarmGPUSpawner.node_down_grace = 5
 c.GPUSpawner.profiles = [
     {{"display_name": "1 GPU", "slug": "gpu-1", "gpus": 1, "default": True,
       "spawner_override": {LIGHT!r}}},
