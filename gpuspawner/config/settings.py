@@ -162,7 +162,7 @@ class GPUSettings(HasTraits):
         agents reach every GPU without using it: name them here. Example::
 
             c.GPUSpawner.ignore_gpu_containers = [
-                "dcgm-exporter", "nvcr.io/nvidia/k8s/dcgm-exporter:*",
+                "dcgm-exporter", "*/k8s/dcgm-exporter:*",
             ]
         """,
     )

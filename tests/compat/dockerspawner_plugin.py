@@ -37,10 +37,11 @@ from gpuspawner.hub.broker import Broker
 from gpuspawner.hub.spawner import GPUSpawner
 
 BASE_IMAGE = "gpuspawner-base:bookworm"  # scripts/testbed's Debian base: sh, ls, sleep
+UPSTREAM = GPUSpawner.image.default_value.rpartition(":")[0]  # DockerSpawner's singleuser image
 IMAGES = {  # the names the tests use → the local image that stands in
-    GPUSpawner.image.default_value: NOTEBOOK_IMAGE,  # quay.io/jupyterhub/singleuser:6.1
-    "quay.io/jupyterhub/singleuser:4.0": NOTEBOOK_IMAGE,
-    "quay.io/jupyterhub/singleuser:4": NOTEBOOK_IMAGE,
+    GPUSpawner.image.default_value: NOTEBOOK_IMAGE,
+    f"{UPSTREAM}:4.0": NOTEBOOK_IMAGE,
+    f"{UPSTREAM}:4": NOTEBOOK_IMAGE,
     "busybox:1.29.1": BASE_IMAGE,
 }
 

@@ -87,7 +87,7 @@ def test_images_are_checked_by_type_and_list(image, images, message):
 
 
 def test_any_image_means_any_valid_image_name_not_a_star():
-    assert choose_profile({"image": "quay.io/x/y:1.2"}, PROFILES, images=["*"]).slug == "one-gpu"
+    assert choose_profile({"image": "example.org/x:1.2"}, PROFILES, images=["*"]).slug == "one-gpu"
     with pytest.raises(InvalidUserOptions):
         choose_profile({"image": "*"}, PROFILES, images=["*"])
 

@@ -176,9 +176,9 @@ def test_a_container_holding_more_than_its_grant_keeps_the_extra_out():
 
 
 def test_monitoring_containers_the_admin_names_keep_nothing_out():
-    broker = broker_with(2, ignore=("nvcr.io/nvidia/k8s/dcgm-exporter:*",))
+    broker = broker_with(2, ignore=("*/k8s/dcgm-exporter:*",))
     broker.note_containers(
-        [foreign("dcgm", "all", image="nvcr.io/nvidia/k8s/dcgm-exporter:3.3.5")], {}
+        [foreign("dcgm", "all", image="registry.example/nvidia/k8s/dcgm-exporter:3.3.5")], {}
     )
     assert broker.pool.free_count() == 2
     broker.note_containers([foreign("train", "all")], {})
