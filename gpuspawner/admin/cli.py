@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
-from importlib.metadata import version
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 
@@ -17,7 +17,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="gpuspawner",
         description="Admin tools for a JupyterHub that shares this server's GPUs with gpuspawner.",
     )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {version('gpuspawner')}")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_installed()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     doctor = commands.add_parser(
@@ -74,6 +74,29 @@ def build_parser() -> argparse.ArgumentParser:
         "with --yes). Back it up first: this deletes the user's files",
     )
     cleanup.add_argument("--yes", action="store_true", help="remove them; without it, only list")
+
+    agent = commands.add_parser(
+        "agent",
+        help="on each GPU node of a swarm: answer the hub's monitor with its GPUs' telemetry",
+        description="Serve this node's GPU telemetry, and the container of each GPU process, to "
+        "a hub on another machine (SwarmGPUSpawner's agent_port). With the environment "
+        "variable GPUSPAWNER_AGENT_TOKEN set, only requests carrying it are answered.",
+    )
+    agent.add_argument("--host", default="0.0.0.0", help="address to listen on (default: all)")
+    agent.add_argument("--port", type=int, default=9401, help="port to listen on (default: 9401)")
+    agent.add_argument(
+        "--proc",
+        default="/proc",
+        help="the host's /proc (mount it read-only into the agent's container, e.g. at "
+        "/host/proc), to tell which container runs each GPU process",
+    )
+    agent.add_argument(
+        "--simulated-load",
+        default="",
+        metavar="FILE",
+        help="for a node without GPUs (tests): read telemetry from a simulated GPUs' load file "
+        "(c.GPUSpawner.simulated_load_file's format) instead of NVML",
+    )
 
     usage = commands.add_parser(
         "usage",
@@ -167,6 +190,15 @@ def count(text: str) -> int:
     return value
 
 
+def _installed() -> str:
+    """The installed version; a node may run the agent from a checkout it never installed
+    (python3 -m gpuspawner.admin.cli agent, with the checkout on PYTHONPATH)."""
+    try:
+        return version("gpuspawner")
+    except PackageNotFoundError:
+        return "(not installed: run from a source checkout)"
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     command = importlib.import_module(f"gpuspawner.admin.{args.command}")
@@ -174,3 +206,7 @@ def main(argv: list[str] | None = None) -> int:
         return int(command.main(args))
     except KeyboardInterrupt:
         return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

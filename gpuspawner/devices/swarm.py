@@ -10,24 +10,37 @@ labels. Model and memory are not advertised: an admin gives them as node labels
 --label-add gpuspawner.gpu-memory=80G`), or the GPUs are listed as "NVIDIA GPU"
 of unknown memory (0), which profiles asking for memory then never match.
 
-Telemetry is not read from afar: each GPU's sample is "unknown" (no
-utilisation, never marked unhealthy), so GPU-aware culling falls back to
-JupyterHub's own activity on a swarm.
+Telemetry comes from each node's agent (`gpuspawner agent`, on `agent_port`),
+asked in the broker's worker thread each monitor tick, a node at a time with a
+short timeout. Without an agent, or from a node that is down or does not
+answer, a GPU's sample is "unknown" (no utilisation, never marked unhealthy),
+and GPU-aware culling falls back to JupyterHub's own activity there.
 """
 
 from __future__ import annotations
 
+import json
+import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Protocol
+from dataclasses import dataclass
+from typing import Any, Protocol
+from urllib.parse import urlencode
+from urllib.request import Request, urlopen
 
 from ..core.errors import InventoryConfigError
 from ..core.gpus import GPU, Telemetry
 from ..core.placement import Topology
 from ..core.units import parse_memory
+from .wire import telemetry_of
+
+SAMPLE_PATH = "/v1/sample"  # the agent's (admin/agent.py)
+TOKEN_VARIABLE = "GPUSPAWNER_AGENT_TOKEN"  # the agent's token, in its environment
 
 MODEL_LABEL = "gpuspawner.gpu-model"
 MEMORY_LABEL = "gpuspawner.gpu-memory"
 UNKNOWN_MODEL = "NVIDIA GPU"
+
+log = logging.getLogger("gpuspawner")
 
 
 class AdvertisingNode(Protocol):
@@ -42,14 +55,34 @@ class AdvertisingNode(Protocol):
     @property
     def labels(self) -> Mapping[str, str]: ...
 
+    @property
+    def address(self) -> str: ...
+
+    @property
+    def ready(self) -> bool: ...
+
+
+@dataclass(frozen=True)
+class AgentAccess:
+    """Where each node's agent listens, and the token it wants."""
+
+    port: int = 0  # 0: no agents
+    token: str = ""
+    timeout: float = 2.0
+
 
 class SwarmSource:
     """Every node's advertised GPUs, each on its node (`GPU.node`, the node's hostname),
     indexed in the order the node lists them (daemon.json's, which NVIDIA's guide writes
-    in nvidia-smi's order)."""
+    in nvidia-smi's order); their telemetry from each node's agent."""
 
-    def __init__(self, nodes: Callable[[], Iterable[AdvertisingNode]]) -> None:
+    def __init__(
+        self, nodes: Callable[[], Iterable[AdvertisingNode]], agents: AgentAccess = AgentAccess()
+    ) -> None:
         self.nodes = nodes  # blocking: asks the manager
+        self.agents = agents
+        self._owners: dict[int, str] = {}  # the last sample's GPU processes → container
+        self._silent: dict[str, str] = {}  # nodes whose agent did not answer → why
 
     def list_gpus(self) -> list[GPU]:
         found = []
@@ -67,7 +100,74 @@ class SwarmSource:
         return Topology.by_index({g.uuid: g.index for g in gpus})
 
     def sample(self, uuids: Sequence[str]) -> dict[str, Telemetry]:
-        return {uuid: Telemetry() for uuid in uuids}
+        samples = {uuid: Telemetry() for uuid in uuids}
+        if not self.agents.port:
+            return samples
+        owners: dict[int, str | None] = {}
+        for node in self.nodes():
+            asked = [u for u in node.gpus if u in samples]
+            if not asked or not node.ready:
+                continue
+            try:
+                answer = self._ask(node, asked)
+            except (OSError, ValueError) as error:
+                self._note_silent(node.hostname, str(error))
+                continue
+            self._note_silent(node.hostname, None)
+            samples.update({u: s for u, s in answer.samples.items() if u in asked})
+            for pid, owner in answer.owners.items():  # PIDs repeat across nodes: then unknown
+                owners[pid] = owner if owners.get(pid, owner) == owner else None
+        self._owners = {pid: owner for pid, owner in owners.items() if owner}
+        return samples
+
+    def process_owners(self, pids: Iterable[int]) -> dict[int, str]:
+        """The container of each GPU process, as the last sample's agents said."""
+        return {pid: self._owners[pid] for pid in pids if pid in self._owners}
+
+    def _ask(self, node: AdvertisingNode, uuids: Sequence[str]) -> AgentAnswer:
+        query = urlencode([("uuid", u) for u in uuids])
+        request = Request(f"http://{node.address}:{self.agents.port}{SAMPLE_PATH}?{query}")
+        if self.agents.token:
+            request.add_header("Authorization", f"Bearer {self.agents.token}")
+        with urlopen(request, timeout=self.agents.timeout) as reply:
+            return AgentAnswer.read(json.loads(reply.read()))
+
+    def _note_silent(self, node: str, why: str | None) -> None:
+        """Log once when a node's agent stops answering, and once when it answers again."""
+        if why is not None and node not in self._silent:
+            log.warning(
+                "gpuspawner: the agent on node %s does not answer (%s): its GPUs' telemetry "
+                "is unknown until it does",
+                node,
+                why,
+            )
+        elif why is None and node in self._silent:
+            log.info("gpuspawner: the agent on node %s answers again", node)
+        if why is None:
+            self._silent.pop(node, None)
+        else:
+            self._silent[node] = why
+
+
+@dataclass(frozen=True)
+class AgentAnswer:
+    samples: dict[str, Telemetry]
+    owners: dict[int, str]
+
+    @classmethod
+    def read(cls, raw: Any) -> AgentAnswer:
+        """ValueError for anything but an agent's answer."""
+        if not isinstance(raw, Mapping) or not isinstance(raw.get("gpus"), Mapping):
+            raise ValueError("the answer is not a gpuspawner agent's")
+        owners = raw.get("owners") or {}
+        if not isinstance(owners, Mapping) or not all(
+            str(p).isdigit() and isinstance(o, str) for p, o in owners.items()
+        ):
+            raise ValueError("the agent's owners must map PIDs to containers")
+        return cls(
+            {str(uuid): telemetry_of(sample) for uuid, sample in raw["gpus"].items()},
+            {int(pid): owner for pid, owner in owners.items()},
+        )
 
 
 def _described(node: AdvertisingNode) -> tuple[str, int]:

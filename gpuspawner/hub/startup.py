@@ -33,6 +33,7 @@ from ..core.limits import UserLimits
 from ..core.units import tally
 from ..core.words import server_name
 from ..devices.simulated import SimulatedSource
+from ..devices.swarm import SwarmSource
 from ..engine import processes
 from ..records.ledger import Ledger
 from . import lease_api, metrics, notices, pages
@@ -156,9 +157,9 @@ async def start_broker(app: Any, spawner_class: Any = None) -> Broker:
 
 
 def _process_owners(site: GPUSite) -> Owners:
-    """Which container runs a GPU process: the host's /proc, or, for simulated GPUs, the
-    simulated load file's word."""
-    if isinstance(site.source, SimulatedSource):
+    """Which container runs a GPU process: the host's /proc; for simulated GPUs, the
+    simulated load file's word; on a swarm, what each node's agent said."""
+    if isinstance(site.source, SimulatedSource | SwarmSource):
         return site.source.process_owners
     return processes.owners
 

@@ -18,6 +18,7 @@ hub and the notebooks on one overlay network (`use_internal_ip`).
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from pprint import pformat
 from typing import Any
@@ -25,12 +26,12 @@ from typing import Any
 import docker.errors
 from docker.types import EndpointSpec, Mount
 from dockerspawner import SwarmSpawner
-from traitlets import Bool, Float, default
+from traitlets import Bool, Float, Integer, Unicode, default
 
 from ..core.errors import GPUConfigError
 from ..core.pool import Grant
 from ..devices.source import GPUSource
-from ..devices.swarm import SwarmSource
+from ..devices.swarm import TOKEN_VARIABLE, AgentAccess, SwarmSource
 from ..engine.base import Engine
 from ..engine.swarm import HOLDING, SwarmEngine, SwarmNode, isolate_service, read_node
 from .spawner import GPUSpawner
@@ -60,6 +61,28 @@ class SwarmGPUSpawner(GPUSpawner, SwarmSpawner):
         and Swarm confirms the server's task gone, its GPUs stay held.""",
     )
 
+    agent_port = Integer(
+        0,
+        config=True,
+        help="""The port of the agent on each GPU node (`gpuspawner agent`, 9401 by default);
+        0 for none.
+
+        The hub cannot ask NVML on the nodes: each node's agent answers the monitor with its
+        GPUs' utilisation, memory, temperature, power and health, and which container runs
+        each GPU process. Without agents the GPUs' telemetry is unknown, so GPU-aware
+        culling falls back to JupyterHub's own activity and no GPU is marked unhealthy.""",
+    )
+
+    agent_token = Unicode(
+        config=True,
+        help="""The token the nodes' agents want (their GPUSPAWNER_AGENT_TOKEN); by default
+        this hub's GPUSPAWNER_AGENT_TOKEN environment variable.""",
+    )
+
+    @default("agent_token")
+    def _default_agent_token(self) -> str:
+        return os.environ.get(TOKEN_VARIABLE, "")
+
     @default("use_internal_ip")
     def _default_use_internal_ip(self) -> bool:
         """On the notebooks' overlay network only when there is one to share with the hub."""
@@ -76,7 +99,7 @@ class SwarmGPUSpawner(GPUSpawner, SwarmSpawner):
             )
         if not isinstance(engine, SwarmEngine):
             raise TypeError(f"SwarmGPUSpawner needs a SwarmEngine, not {type(engine).__name__}")
-        return SwarmSource(engine.nodes)
+        return SwarmSource(engine.nodes, AgentAccess(self.agent_port, self.agent_token))
 
     # --- the service ---------------------------------------------------------------
     def isolate(self, create_kwargs: dict[str, Any], grant: Grant) -> dict[str, Any]:

@@ -1,22 +1,29 @@
 """A real hub with SwarmGPUSpawner on the three-node bed: 4 simulated GPUs per node (each
 node advertises them), servers spread over the nodes on exactly their UUIDs, a node that
-dies, and a hub killed with -9."""
+dies, a hub killed with -9, and each node's agent telling the hub how its GPUs are."""
 
 from __future__ import annotations
 
 import collections
+import json
 import os
+import secrets
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from realhub import Hub
+from docker.types import EndpointSpec, Mount, ServiceMode
+from realhub import NOTEBOOK_IMAGE, Hub
 from swarmbed import NODES, SOCKETS, Swarm, wait_for
 
+import gpuspawner
 from gpuspawner.engine.swarmspec import DEVICE_MOUNT_ROOT
 
+AGENT_PORT = 9401
+AGENT_TOKEN = secrets.token_hex(8)
+CHECKOUT = Path(gpuspawner.__file__).resolve().parents[1]
 LIGHT = {
     "cmd": ["python3", "-m", "http.server", "8888"],
     "mem_limit": "64M",
@@ -29,6 +36,8 @@ c.DockerSpawner.pull_policy = "skip"  # the images are loaded into each node
 c.GPUSpawner.placement = "spread"
 c.GPUSpawner.monitor_interval = 1
 c.SwarmGPUSpawner.node_down_grace = 5
+c.SwarmGPUSpawner.agent_port = {AGENT_PORT}
+c.SwarmGPUSpawner.agent_token = {AGENT_TOKEN!r}
 c.GPUSpawner.profiles = [
     {{"display_name": "1 GPU", "slug": "gpu-1", "gpus": 1, "default": True,
       "spawner_override": {LIGHT!r}}},
@@ -39,7 +48,31 @@ MANAGER = f"unix://{SOCKETS}/n1.sock"
 
 
 @pytest.fixture(scope="module")
-def hub(swarm: Swarm, hub_factory) -> Iterator[Hub]:
+def load(swarm: Swarm, tmp_path_factory) -> Iterator[Path]:
+    """Each node's agent, a global service run from this checkout on the simulated GPUs'
+    load file (keyed by UUID, so one file serves every node)."""
+    folder = tmp_path_factory.mktemp("agent")
+    file = folder / "load.json"
+    file.write_text("{}")
+    agents = swarm.manager.services.create(
+        NOTEBOOK_IMAGE,
+        ["python3", "-m", "gpuspawner.admin.cli", "agent", "--simulated-load", "/load/load.json"],
+        name=f"gst-agent-{AGENT_TOKEN[:6]}",
+        mode=ServiceMode("global"),
+        user="0",  # reads the test's private folders
+        env=["PYTHONPATH=/opt/gpuspawner", f"GPUSPAWNER_AGENT_TOKEN={AGENT_TOKEN}"],
+        mounts=[
+            Mount("/opt/gpuspawner", str(CHECKOUT), type="bind", read_only=True),
+            Mount("/load", str(folder), type="bind", read_only=True),
+        ],
+        endpoint_spec=EndpointSpec(mode="dnsrr", ports={AGENT_PORT: (AGENT_PORT, "tcp", "host")}),
+    )
+    yield file
+    agents.remove()
+
+
+@pytest.fixture(scope="module")
+def hub(swarm: Swarm, hub_factory, load: Path) -> Iterator[Hub]:
     assert all(len(swarm.gpus(n)) == 4 for n in NODES), "the bed runs 4 GPUs per node"
     hub = hub_factory(CONFIG, env={"DOCKER_HOST": MANAGER})
     hub.add_users(*USERS)
@@ -66,6 +99,33 @@ def container_on(swarm: Swarm, node: str, task: dict) -> dict:
     client = swarm.clients[node].api
     (found,) = client.containers(filters={"label": f"com.docker.swarm.task.id={task['ID']}"})
     return client.inspect_container(found["Id"])
+
+
+def row(hub: Hub, uuid: str) -> dict:
+    (found,) = [g for g in hub.pool()["gpus"] if g["uuid"] == uuid]
+    return found
+
+
+def test_each_nodes_agent_tells_the_hub_how_its_gpus_are(swarm: Swarm, hub: Hub, load: Path):
+    busy, failing = swarm.gpus("n2")[3], swarm.gpus("n1")[3]
+    load.write_text(
+        json.dumps(
+            {
+                busy: {"utilization_percent": 93, "temperature_celsius": 77},
+                failing: {"health": "XID 79: fallen off the bus"},
+            }
+        )
+    )
+    wait_for(
+        lambda: (row(hub, busy)["telemetry"] or {}).get("utilization_percent") == 93,
+        "n2's agent reports its GPU's load",
+        90,
+    )
+    assert row(hub, busy)["telemetry"]["temperature_celsius"] == 77
+    wait_for(lambda: row(hub, failing)["state"] == "unhealthy", "n1's failing GPU kept out")
+    assert row(hub, failing)["health"] == "XID 79: fallen off the bus"
+    load.write_text("{}")
+    wait_for(lambda: row(hub, failing)["state"] == "free", "the GPU healthy again")
 
 
 def test_twelve_servers_spread_over_three_nodes_each_on_exactly_its_gpu(swarm: Swarm, hub: Hub):
