@@ -46,6 +46,7 @@ class Seen:
     label_problem: str | None = None  # gpuspawner's labels present but unreadable: why
     finished_at: float | None = None  # a stopped container: when it stopped, as Docker says
     node: str = ""  # the machine it runs on (GPU.node: a Swarm node's hostname); "" on one host
+    container_id: str = ""  # a Swarm task's container on its node (`id` is the task's)
 
 
 class Engine(Protocol):

@@ -151,6 +151,9 @@ def task_seen(
         label_problem=problem,
         finished_at=None if running else moment((task.get("Status") or {}).get("Timestamp")),
         node=node.hostname if node else "",
+        container_id=str(
+            ((task.get("Status") or {}).get("ContainerStatus") or {}).get("ContainerID") or ""
+        ),
     )
 
 

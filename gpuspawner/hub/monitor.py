@@ -189,7 +189,8 @@ class Monitor:
             if seen.server is not None
             and seen.server.spawner_id == grant.key
             and self.broker.is_ours(seen)
-            for name in (seen.id, seen.name)
+            for name in (seen.id, seen.name, seen.container_id)
+            if name
         }
         verdicts = []
         for unit in grant.units:

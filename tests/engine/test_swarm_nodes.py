@@ -1,6 +1,7 @@
-"""The swarm's machines as the books know them: one per hostname, whatever the manager lists."""
+"""The swarm as the books know it: a machine per hostname, whatever the manager lists, and
+each task with the container that runs it there."""
 
-from gpuspawner.engine.swarm import SwarmEngine
+from gpuspawner.engine.swarm import SwarmEngine, read_node, task_seen
 
 
 def node(node_id: str, hostname: str, state: str, availability: str = "active") -> dict:
@@ -38,3 +39,15 @@ def test_nodes_down_or_drained_are_unreachable_and_say_why():
         "gpu-1": "node gpu-1 is down",
         "gpu-2": "node gpu-2 is set to drain",
     }
+
+
+def test_a_task_is_known_by_its_container_too_as_a_nodes_agent_names_gpu_processes():
+    container = "c" * 64
+    task = {
+        "ID": "task1",
+        "NodeID": "a",
+        "Spec": {"ContainerSpec": {"Image": "notebook", "Env": ["NVIDIA_VISIBLE_DEVICES=GPU-1"]}},
+        "Status": {"State": "running", "ContainerStatus": {"ContainerID": container}},
+    }
+    seen = task_seen(task, None, {"a": read_node(node("a", "gpu-1", "ready"))})
+    assert (seen.id, seen.container_id, seen.node) == ("task1", container, "gpu-1")
