@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .words import gib
+from .words import gib, with_memory
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,7 @@ class GPU:
 
     @property
     def label(self) -> str:
-        return f"{self.model} · {self.memory_gib} GiB"
+        return with_memory(self.model, self.memory_total_bytes)
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,7 @@ from typing import Any
 
 from .errors import InventoryConfigError
 from .gpus import GPU
-from .words import count_gpus, gib
+from .words import count_gpus, gib, with_memory
 
 SLOT_MARK = "#"
 MIG_PROFILE = re.compile(r"^(\d+c\.)?\d+g\.\d+gb(\+[a-z0-9,]+)?$")
@@ -81,7 +81,7 @@ class Unit:
             return f"MIG {self.profile} · {gib(self.memory_bytes)} GiB of {self.model}"
         if self.kind is Kind.SHARED:
             return f"1 of {self.slots} slots of {self.model} (shared)"
-        return f"{self.model} · {gib(self.memory_bytes)} GiB"
+        return with_memory(self.model, self.memory_bytes)
 
 
 def units_in_words(units: Sequence[Unit]) -> str:

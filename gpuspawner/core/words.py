@@ -109,3 +109,9 @@ def listed(items: list[str], most: int = 5) -> str:
     shown = ", ".join(items[:most])
     rest = len(items) - most
     return f"{shown} and {rest:,} more" if rest > 0 else shown
+
+
+def with_memory(model: str, memory_bytes: int) -> str:
+    """ "NVIDIA H100 80GB HBM3 · 80 GiB"; the model alone where the memory is not known
+    (a Swarm node that does not say)."""
+    return f"{model} · {gib(memory_bytes)} GiB" if memory_bytes else model

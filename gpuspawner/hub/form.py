@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import jinja2
 
 from ..core.limits import LimitExceeded, UserLimits
+from ..core.nodes import Count, counts_by_node
 from ..core.pool import Pool
 from ..core.profiles import Profile, default_profile
 from ..core.units import Kind, Request, Unit
@@ -67,6 +68,18 @@ def hardware(request: Request, units: Sequence[Unit]) -> str:
     if request.kind is Kind.SHARED:
         return f"{labels}: {NO_ISOLATION}"
     return labels
+
+
+def by_machine(pool: Pool, nodes: Collection[str] | None = None) -> list[tuple[str, Count]]:
+    """Free and total GPUs (of every kind) on each of the user's machines, where the pool
+    spans more than one; [] on one host."""
+    counts = counts_by_node(pool.units, pool.states())
+    found = [
+        (node, Count(sum(c.free for c in kinds.values()), sum(c.total for c in kinds.values())))
+        for node, kinds in counts.items()
+        if nodes is None or node in nodes
+    ]
+    return found if len(counts) > 1 else []
 
 
 def availability(pool: Pool, nodes: Collection[str] | None = None) -> list[Availability]:

@@ -174,6 +174,7 @@ class GPUSpawner(GPUSettings, DockerSpawner):
             total=sum(a.total for a in available),
             model=units[0].label if available else "",
             availability=available,
+            machines=form.by_machine(pool, limits.nodes.value),
             rows=form.profile_rows(
                 self.broker.site.profiles,
                 limits,

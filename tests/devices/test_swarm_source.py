@@ -42,6 +42,9 @@ def test_each_gpu_is_on_its_node_indexed_in_the_nodes_own_order():
         ("a", "NVIDIA GPU", 0),
         ("b", "NVIDIA A100", 40),
     }
+    # what the form says of them: no "0 GiB" where the memory is not known
+    assert {g.label for g in gpus} == {"NVIDIA GPU", "NVIDIA A100 · 40 GiB"}
+    assert {u.label for u in discover(SwarmSource(lambda: NODES)).units} == {g.label for g in gpus}
 
 
 def test_a_memory_label_that_is_no_size_is_refused_naming_the_node():

@@ -21,7 +21,7 @@ from gpuspawner.config.site import GPUSite
 from gpuspawner.core.pool import Grant, Holder
 from gpuspawner.core.units import Request
 from gpuspawner.devices.simulated import SimulatedSource
-from gpuspawner.hub import pages
+from gpuspawner.hub import form, pages
 from gpuspawner.hub.broker import Broker
 from gpuspawner.hub.monitor import Monitor
 from gpuspawner.hub.report import pool_report
@@ -148,6 +148,14 @@ async def test_the_form_counts_and_judges_only_the_groups_machines(broker, db):
     anyone = spawner_of(db, "bob")._render_form()
     assert "<strong>2 of 4</strong> GPUs free" in anyone
     assert "free right now" not in anyone.split('data-testid="profile-gpu-2"')[0]
+    assert machines(anyone) == "Free on each machine: old 0 of 2 · new 2 of 2"
+    assert machines(course) == "Free on each machine: old 0 of 2"
+
+
+def machines(html: str) -> str:
+    """The form's line of free GPUs per machine, as text."""
+    line = html.split('data-testid="machines">')[1].split("</p>")[0]
+    return " ".join(re.sub(r"<[^>]+>", "", line).split())
 
 
 # --- refusals in the books' words ---------------------------------------------------------
@@ -274,6 +282,7 @@ def test_one_hosts_report_names_one_machine_and_its_page_none():
     assert report["unreachable"] == {}
     page = admin_page(report)
     assert 'data-testid="by-node"' not in page and 'data-testid="node"' not in page
+    assert form.by_machine(broker.pool) == []  # and the form has no line per machine
     broker.executor.shutdown(wait=False)
 
 
