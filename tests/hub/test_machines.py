@@ -18,6 +18,7 @@ from jupyterhub.user import User
 
 from gpuspawner.config.settings import GPUSettings
 from gpuspawner.config.site import GPUSite
+from gpuspawner.core.gpus import Telemetry
 from gpuspawner.core.pool import Grant, Holder
 from gpuspawner.core.units import Request
 from gpuspawner.devices.simulated import SimulatedSource
@@ -315,3 +316,17 @@ async def test_a_machine_that_goes_down_gives_no_start_its_gpus_until_it_is_back
 def test_default_profiles_ask_for_no_more_gpus_than_one_machine_has():
     site = GPUSite.from_config(GPUSettings(), Machines(8))  # 4 on each of two machines
     assert [p.slug for p in site.profiles] == ["cpu", "gpu-1", "gpu-2", "gpu-4"]
+
+
+def test_a_gpu_whose_memory_no_one_told_shows_none_not_zero():
+    """A Swarm node advertises its GPUs without their memory (unless labelled)."""
+    site = GPUSite.from_config(GPUSettings(), Machines(2))
+    unknown = replace(site.inventory.gpus[0], memory_total_bytes=0)
+    site.inventory.gpus[0] = unknown
+    broker = Broker(site, GoneEngine(), "j", LOG)
+    cells = re.findall(r'data-testid="memory">(.*?)</td>', admin_page(pool_report(broker)))
+    assert [" ".join(c.split()) for c in cells] == ["–", "80 GiB"]
+    broker.telemetry = {unknown.uuid: Telemetry(memory_used_bytes=3 * 2**30)}
+    cells = re.findall(r'data-testid="memory">(.*?)</td>', admin_page(pool_report(broker)))
+    assert " ".join(cells[0].split()) == "3.0 GiB"
+    broker.executor.shutdown(wait=False)
