@@ -3,7 +3,8 @@ shared GPU's slot), who holds it, and its load.
 
 It asks the hub nothing: Docker's container labels say who holds which GPU
 (as they tell the hub itself after a restart) and NVML, or the simulated
-GPUs, give the load. So it works while the hub is down.
+GPUs, give the load. So it works while the hub is down. For SwarmGPUSpawner it
+reads the swarm's manager and the nodes' agents, as the hub does.
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ from ..core.errors import GPUConfigError
 from ..core.gpus import GPU, Telemetry
 from ..core.units import Kind, Sharing, Unit, units_of
 from ..core.words import gib, server_name
-from ..devices.source import GPUSource, discover
-from ..engine.base import Seen, ServerLabels
+from ..devices.source import GPUSource, Inventory, discover
+from ..engine.base import Engine, Seen, ServerLabels
 from ..engine.docker import DockerEngine
 from . import hubconfig
 
@@ -66,45 +67,50 @@ class PoolRow:
 
 def main(args: argparse.Namespace) -> int:
     try:
-        source, exclude, shared = _gpu_source(args.config, args.simulate, args.simulated_load)
+        engine, source, exclude, shared = _where(args.config, args.simulate, args.simulated_load)
         inventory = discover(source, exclude, shared)
-        engine = DockerEngine(docker.from_env().api)
         seen = engine.containers()
     except (hubconfig.ConfigError, GPUConfigError, DockerException) as error:
         print(f"gpuspawner status: {error}", file=sys.stderr)
         return 1
     excluded = inventory.excluded
-    everything = sorted([*inventory.gpus, *excluded], key=lambda g: g.index)
-    machine = inventory.machine()
-    holdings = scan(seen, inventory.uuid_by_index(), machine, args.prefix)
-    samples = source.sample(machine)
+    everything = sorted([*inventory.gpus, *excluded], key=lambda g: (g.node, g.index))
+    holdings = scan(seen, inventory, args.prefix)
+    samples = source.sample(inventory.machine(node=None))
     rows = pool_rows(everything, excluded, samples, holdings, inventory.shared)
     print(render(rows, holdings, time.time()))
     return 0
 
 
-def _gpu_source(
+def _where(
     config_path: Path | None, simulate: int | None, simulated_load: str
-) -> tuple[GPUSource, list[str | int], dict[Any, Any]]:
-    """The GPUs as the hub sees them: with its config's simulation, exclusions and shared
-    GPUs, if it has one."""
+) -> tuple[Engine, GPUSource, list[str | int], dict[Any, Any]]:
+    """Where the servers run and the GPUs as the hub sees them: with its config's engine (a
+    swarm's, for SwarmGPUSpawner), simulation, exclusions and shared GPUs, if it has one."""
     path = config_path or hubconfig.DEFAULT_PATH
     site = hubconfig.load(path, simulate) if config_path or path.is_file() else None
-    exclude = list(site.spawner.exclude_gpus) if site else []
-    shared = dict(site.spawner.shared_gpus) if site else {}
-    return hubconfig.gpu_source(site, simulate, simulated_load), exclude, shared
+    if site is None:
+        engine: Engine = DockerEngine(docker.from_env().api)
+        return engine, hubconfig.gpu_source(site, simulate, simulated_load), [], {}
+    engine = site.spawner.make_engine()
+    source = site.spawner.make_gpu_source(engine) or hubconfig.gpu_source(
+        site, simulate, simulated_load
+    )
+    return engine, source, list(site.spawner.exclude_gpus), dict(site.spawner.shared_gpus)
 
 
-def scan(
-    seen: Iterable[Seen], by_index: Mapping[str, str], machine: Sequence[str], prefix: str = ""
-) -> Holdings:
+def scan(seen: Iterable[Seen], inventory: Inventory, prefix: str = "") -> Holdings:
     """Our running servers (those whose container names start with `prefix`) and every other
-    running container that reaches a GPU, however it asked for it."""
+    running container that reaches a GPU, however it asked for it (indices are its node's)."""
     holdings = Holdings()
     for container in seen:
         if not container.running:
             continue
-        uuids = container.reach.uuids(by_index, machine)
+        uuids = inventory.reached(container.reach, container.node)
+        by_index, machine = (
+            inventory.uuid_by_index(container.node),
+            inventory.machine(container.node),
+        )
         holdings.unknown |= {
             d for d in container.reach.ids if d not in by_index and d not in machine
         }
@@ -184,7 +190,7 @@ def _cells(row: PoolRow, now: float) -> tuple[str, ...]:
         else "–"
     )
     return (
-        _where(unit),
+        _gpu_column(unit),
         holder,
         _since(row.since, now) if row.since is not None else "",
         _unit(sample.utilization_percent, "%"),
@@ -195,15 +201,14 @@ def _cells(row: PoolRow, now: float) -> tuple[str, ...]:
     )
 
 
-def _where(unit: Unit) -> str:
-    """The GPU column: "0", "2 MIG 1g.10gb #3", "3 slot 2/4"."""
+def _gpu_column(unit: Unit) -> str:
+    """The GPU column: "0", "2 MIG 1g.10gb #3", "3 slot 2/4"; "n2:0" on a swarm's node."""
+    where = f"{unit.node}:{unit.index}" if unit.node else str(unit.index)
     if unit.kind is Kind.MIG:
-        return f"{unit.index} MIG {unit.profile}" + (
-            f" #{unit.position}" if unit.id != unit.gpu else ""
-        )
+        return f"{where} MIG {unit.profile}" + (f" #{unit.position}" if unit.id != unit.gpu else "")
     if unit.kind is Kind.SHARED:
-        return f"{unit.index} slot {unit.position}/{unit.slots}"
-    return str(unit.index)
+        return f"{where} slot {unit.position}/{unit.slots}"
+    return where
 
 
 def _unit(value: float | None, unit: str) -> str:

@@ -48,8 +48,9 @@ class Inventory:
         """NVML index (as text, as Docker device requests may name GPUs) → UUID, on `node`."""
         return {str(g.index): g.uuid for g in self._on(node)}
 
-    def machine(self, node: str = "") -> list[str]:
-        """Every GPU and MIG UUID of a machine, excluded ones too: what a container may reach."""
+    def machine(self, node: str | None = "") -> list[str]:
+        """Every GPU and MIG UUID of a machine (None: of every machine), excluded ones too:
+        what a container may reach."""
         gpus = self._on(node)
         return [*(g.uuid for g in gpus), *(m.uuid for g in gpus for m in g.mig)]
 
@@ -63,8 +64,8 @@ class Inventory:
             *(reach.uuids(self.uuid_by_index(n), self.machine(n)) for n in where)
         )
 
-    def _on(self, node: str) -> list[GPU]:
-        return [g for g in (*self.gpus, *self.excluded) if g.node == node]
+    def _on(self, node: str | None) -> list[GPU]:
+        return [g for g in (*self.gpus, *self.excluded) if node is None or g.node == node]
 
 
 def discover(

@@ -3,6 +3,7 @@
 import json
 import re
 import time
+from dataclasses import replace
 
 import pytest
 from admintools import gpuspawner, servers
@@ -13,6 +14,7 @@ from gpuspawner.core.gpus import Telemetry
 from gpuspawner.core.pool import Grant, Holder
 from gpuspawner.core.units import bare
 from gpuspawner.devices.simulated import SimulatedSource
+from gpuspawner.devices.source import Inventory
 from gpuspawner.engine import docker as engine
 
 SOURCE = SimulatedSource(8)
@@ -49,7 +51,6 @@ def table(output: str) -> dict[str, list[str]]:
 
 
 def test_rows_name_each_gpus_holders_and_load():
-    by_index = {str(g.index): g.uuid for g in GPUS}
     holdings = status.scan(
         [
             ours("jupyter-ann--train", "ann", "train", UUIDS[0:2]),
@@ -57,8 +58,7 @@ def test_rows_name_each_gpus_holders_and_load():
             inspected("batch-job", devices=["3"]),  # by index, not ours
             ours("otherhub-cat", "cat", "", UUIDS[4:5]),
         ],
-        by_index,
-        UUIDS,
+        Inventory(GPUS[:7], [GPUS[7]], []),
         prefix="jupyter-",
     )
     samples = {u: Telemetry(0.0, 0, 30.0) for u in UUIDS}
@@ -90,7 +90,7 @@ def test_values_a_gpu_does_not_report_show_as_a_dash():
 
 
 def test_containers_asking_for_devices_this_host_lacks_are_named():
-    holdings = status.scan([inspected("ghost", devices=["GPU-gone"])], {}, UUIDS[:1])
+    holdings = status.scan([inspected("ghost", devices=["GPU-gone"])], Inventory(GPUS[:1], [], []))
     rows = status.pool_rows(GPUS[:1], [], {UUIDS[0]: Telemetry()}, holdings)
     output = status.render(rows, holdings, NOW)
     assert output.endswith("Containers ask for devices this host does not have: GPU-gone.")
@@ -154,3 +154,13 @@ def test_status_without_gpus_or_simulation_says_why(tmp_path):
     done = gpuspawner("status", cwd=tmp_path)
     assert done.returncode == 1
     assert "NVML could not start" in done.stderr
+
+
+def test_on_a_swarm_each_row_names_its_node_and_an_index_is_its_nodes_own():
+    on_nodes = [replace(g, node="n1" if g.index < 4 else "n2", index=g.index % 4) for g in GPUS]
+    job = replace(inspected("batch-job", devices=["0"]), node="n2")
+    holdings = status.scan([job], Inventory(on_nodes, [], []))
+    rows = status.pool_rows(on_nodes, [], {}, holdings)
+    cells = {cells[0]: cells for cells in (status._cells(row, NOW) for row in rows)}
+    assert cells["n2:0"][1] == "batch-job (not gpuspawner)"
+    assert cells["n1:0"][1] == "free"
