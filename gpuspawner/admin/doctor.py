@@ -23,6 +23,7 @@ from docker.errors import DockerException
 from dockerspawner import SwarmSpawner
 from requests.exceptions import RequestException
 
+from ..core.errors import GPUConfigError
 from ..devices.simulated import SimulatedSource
 from ..devices.source import GPUSource
 from ..devices.swarm import SwarmSource
@@ -142,7 +143,21 @@ def _swarm(spawner: Any) -> tuple[list[SwarmNode] | None, list[Finding]]:
         nodes = engine.nodes()
     except (DockerException, RequestException) as error:  # no answer, or not a manager
         return None, [swarmchecks.judge_swarm_unreachable(str(error))]
-    return nodes, swarmchecks.judge_nodes(nodes)
+    findings = swarmchecks.judge_nodes(nodes)
+    try:
+        source = spawner.make_gpu_source(engine)
+    except GPUConfigError:  # the config's own line says what is wrong
+        return nodes, findings
+    if isinstance(source, SwarmSource) and source.agents.port:
+        findings += [_agent_finding(source, n) for n in nodes if n.ready and n.gpus]
+    return nodes, findings
+
+
+def _agent_finding(source: SwarmSource, node: SwarmNode) -> Finding:
+    try:
+        return swarmchecks.judge_agent(node, source.ask(node, node.gpus))
+    except (OSError, ValueError) as error:
+        return swarmchecks.judge_agent(node, None, str(error))
 
 
 def _hub_finding(

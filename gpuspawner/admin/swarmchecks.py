@@ -15,8 +15,9 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from ..devices.swarm import AgentAnswer
 from ..engine.swarm import SwarmNode
-from .checks import Finding, Status, failed, passed
+from .checks import Finding, Status, failed, passed, warning
 
 DockerVersion = tuple[int, int, int]
 
@@ -136,6 +137,29 @@ def _unseen_settings(name: str) -> str:
         "leave swarm-resource unset, and keep nvidia-container-runtime.mode at one that "
         'honours those mounts ("legacy" where a jit-cdi mode ignores them)'
     )
+
+
+def judge_agent(node: SwarmNode, answer: AgentAnswer | None, error: str = "") -> Finding:
+    """Whether the node's agent (`gpuspawner agent`) answers the hub with its GPUs."""
+    subject = f"Agent on {node.hostname}"
+    if answer is None:
+        return warning(
+            subject,
+            f"does not answer ({error}): the hub sees no telemetry or health of its GPUs, so "
+            "GPU-aware culling falls back to JupyterHub's activity there",
+            f'run `gpuspawner agent` on {node.hostname} (docs/swarm.md, "Each node\'s eyes"), '
+            "reachable from the hub on agent_port, with the hub's agent_token",
+        )
+    sick = {u: s.health for u, s in answer.samples.items() if s.health}
+    said = f"answers for {len(answer.samples)} GPU(s)"
+    if sick:
+        return failed(
+            subject,
+            f"{said}; unhealthy: " + ", ".join(f"{u} ({why})" for u, why in sorted(sick.items())),
+            "the hub gives these GPUs to no new server; check them with nvidia-smi on "
+            f"{node.hostname}",
+        )
+    return passed(subject, f"{said}, all healthy")
 
 
 def judge_swarm_unreachable(error: str) -> Finding:

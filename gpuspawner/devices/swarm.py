@@ -109,7 +109,7 @@ class SwarmSource:
             if not asked or not node.ready:
                 continue
             try:
-                answer = self._ask(node, asked)
+                answer = self.ask(node, asked)
             except (OSError, ValueError) as error:
                 self._note_silent(node.hostname, str(error))
                 continue
@@ -124,7 +124,9 @@ class SwarmSource:
         """The container of each GPU process, as the last sample's agents said."""
         return {pid: self._owners[pid] for pid in pids if pid in self._owners}
 
-    def _ask(self, node: AdvertisingNode, uuids: Sequence[str]) -> AgentAnswer:
+    def ask(self, node: AdvertisingNode, uuids: Sequence[str]) -> AgentAnswer:
+        """One node's agent's answer (blocking, `agents.timeout` at most); OSError when it
+        does not answer, ValueError when what answers is not an agent."""
         query = urlencode([("uuid", u) for u in uuids])
         request = Request(f"http://{node.address}:{self.agents.port}{SAMPLE_PATH}?{query}")
         if self.agents.token:

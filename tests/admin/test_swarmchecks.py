@@ -8,7 +8,14 @@ from docker.errors import APIError, DockerException
 
 from gpuspawner.admin import doctor
 from gpuspawner.admin.checks import Status
-from gpuspawner.admin.swarmchecks import docker_version, judge_nodes, judge_swarm_unreachable
+from gpuspawner.admin.swarmchecks import (
+    docker_version,
+    judge_agent,
+    judge_nodes,
+    judge_swarm_unreachable,
+)
+from gpuspawner.core.gpus import Telemetry
+from gpuspawner.devices.swarm import AgentAnswer
 from gpuspawner.engine.swarm import SwarmEngine, SwarmNode
 
 GPUS = tuple(f"GPU-{n}a2b3c4d-0000-0000-0000-00000000000{n}" for n in range(4))
@@ -166,6 +173,9 @@ class Spawner:
             raise self.error
         return self.engine
 
+    def make_gpu_source(self, engine):
+        return None  # without agents: no agent lines
+
 
 def inspected(hostname: str) -> dict:
     """A node as `docker node inspect` shows it."""
@@ -209,3 +219,15 @@ def test_a_manager_that_does_not_answer_fails_the_swarm():
 )
 def test_one_host_gets_no_swarm_lines(spawner):
     assert doctor._swarm(spawner) == (None, [])
+
+
+def test_an_agent_that_answers_passes_names_unhealthy_gpus_and_a_silent_one_warns():
+    healthy = AgentAnswer({"GPU-0": Telemetry(temperature_celsius=40.0)}, {})
+    sick = AgentAnswer({"GPU-0": Telemetry(health="XID 79")}, {})
+    assert judge_agent(NODE, healthy).status is Status.PASS
+    failing = judge_agent(NODE, sick)
+    assert (failing.status, failing.subject) == (Status.FAIL, "Agent on gpu-1")
+    assert "GPU-0 (XID 79)" in failing.detail
+    silent = judge_agent(NODE, None, "Connection refused")
+    assert silent.status is Status.WARN and "Connection refused" in silent.detail
+    assert "gpuspawner agent" in silent.fix

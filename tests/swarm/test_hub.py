@@ -202,7 +202,13 @@ def test_after_kill_9_the_restarted_hub_has_the_same_books(swarm: Swarm, hub: Hu
     assert len(held) == len(set(held))
 
 
-def test_doctor_has_a_line_per_node(hub: Hub):
+def test_doctor_has_a_line_per_node_and_its_agent(swarm: Swarm, hub: Hub):
+    for node in NODES:  # every agent answers (n3's came back with its node)
+        wait_for(
+            lambda n=node: row(hub, swarm.gpus(n)[0])["telemetry"]["temperature_celsius"],
+            f"{node}'s agent answers the hub",
+            90,
+        )
     doctor = subprocess.run(
         [
             str(Path(sys.executable).parent / "gpuspawner"),
@@ -218,3 +224,4 @@ def test_doctor_has_a_line_per_node(hub: Hub):
     lines = doctor.stdout.splitlines()
     for node in NODES:
         assert any(f"Node {node}:" in line for line in lines), doctor.stdout
+        assert f"PASS  Agent on {node}: answers for 4 GPU(s), all healthy" in lines
