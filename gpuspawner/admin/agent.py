@@ -21,6 +21,7 @@ import hmac
 import json
 import os
 import socket
+import sys
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from http import HTTPStatus
@@ -61,7 +62,8 @@ class Agent:
     def allows(self, authorization: str | None) -> bool:
         if not self.token:
             return True
-        return hmac.compare_digest(authorization or "", f"Bearer {self.token}")
+        expected = f"Bearer {self.token}".encode()
+        return hmac.compare_digest((authorization or "").encode(errors="replace"), expected)
 
 
 def handler_for(agent: Agent) -> type[BaseHTTPRequestHandler]:
@@ -103,7 +105,16 @@ def main(args: argparse.Namespace) -> int:
 
         proc = Path(args.proc)
         source, owners = NvmlSource(), lambda pids: processes.owners(pids, proc)
-    server = serve(Agent(source, owners, os.environ.get(TOKEN_VARIABLE, "")), args.host, args.port)
+    token = os.environ.get(TOKEN_VARIABLE, "")
+    server = serve(Agent(source, owners, token), args.host, args.port)
     print(f"gpuspawner agent: answering on {args.host}:{args.port}{SAMPLE_PATH}", flush=True)
+    if not token:
+        print(
+            f"gpuspawner agent: warning: no {TOKEN_VARIABLE}, so anyone who reaches this port "
+            "reads this node's GPU processes and their containers; set one, here and in the "
+            "hub's agent_token",
+            file=sys.stderr,
+            flush=True,
+        )
     server.serve_forever()
     return 0

@@ -89,7 +89,7 @@ def _where(
     swarm's, for SwarmGPUSpawner), simulation, exclusions and shared GPUs, if it has one."""
     path = config_path or hubconfig.DEFAULT_PATH
     site = hubconfig.load(path, simulate) if config_path or path.is_file() else None
-    if site is None:
+    if site is None or not hasattr(site.spawner, "make_engine"):
         engine: Engine = DockerEngine(docker.from_env().api)
         return engine, hubconfig.gpu_source(site, simulate, simulated_load), [], {}
     engine = site.spawner.make_engine()

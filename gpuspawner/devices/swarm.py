@@ -11,10 +11,12 @@ labels. Model and memory are not advertised: an admin gives them as node labels
 of unknown memory (0), which profiles asking for memory then never match.
 
 Telemetry comes from each node's agent (`gpuspawner agent`, on `agent_port`),
-asked in the broker's worker thread each monitor tick, a node at a time with a
-short timeout. Without an agent, or from a node that is down or does not
-answer, a GPU's sample is "unknown" (no utilisation, never marked unhealthy),
-and GPU-aware culling falls back to JupyterHub's own activity there.
+asked from the broker's worker thread each monitor tick, all nodes at once,
+each with a short timeout, never through the hub's HTTP proxy. Without agents,
+each GPU's sample is "unknown" (no utilisation, never marked unhealthy). With
+them, a node that is down or whose agent does not answer gives no sample: its
+GPUs' health marks stay as last reported, and GPU-aware culling there falls back
+to JupyterHub's own activity.
 """
 
 from __future__ import annotations
@@ -22,10 +24,12 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from http.client import HTTPException
 from typing import Any, Protocol
 from urllib.parse import urlencode
-from urllib.request import Request, urlopen
+from urllib.request import ProxyHandler, Request, build_opener
 
 from ..core.errors import InventoryConfigError
 from ..core.gpus import GPU, Telemetry
@@ -35,6 +39,8 @@ from .wire import telemetry_of
 
 SAMPLE_PATH = "/v1/sample"  # the agent's (admin/agent.py)
 TOKEN_VARIABLE = "GPUSPAWNER_AGENT_TOKEN"  # the agent's token, in its environment
+MAX_ASKED_AT_ONCE = 32  # nodes whose agents are asked in parallel, each tick
+DIRECT = build_opener(ProxyHandler({}))  # to the nodes, never through the hub's HTTP proxy
 
 MODEL_LABEL = "gpuspawner.gpu-model"
 MEMORY_LABEL = "gpuspawner.gpu-memory"
@@ -100,25 +106,44 @@ class SwarmSource:
         return Topology.by_index({g.uuid: g.index for g in gpus})
 
     def sample(self, uuids: Sequence[str]) -> dict[str, Telemetry]:
-        samples = {uuid: Telemetry() for uuid in uuids}
+        """Each GPU's sample from its node's agent, all nodes asked at once. Without agents,
+        every GPU's is "unknown"; with them, a GPU whose node is down or whose agent does
+        not answer has none, so whatever the last answer said of its health stands."""
         if not self.agents.port:
-            return samples
+            return {uuid: Telemetry() for uuid in uuids}
+        wanted = set(uuids)
+        asked = [
+            (node, [u for u in node.gpus if u in wanted])
+            for node in self.nodes()
+            if node.ready and wanted.intersection(node.gpus)
+        ]
+        samples: dict[str, Telemetry] = {}
         owners: dict[int, str | None] = {}
-        for node in self.nodes():
-            asked = [u for u in node.gpus if u in samples]
-            if not asked or not node.ready:
-                continue
-            try:
-                answer = self.ask(node, asked)
-            except (OSError, ValueError) as error:
-                self._note_silent(node.hostname, str(error))
-                continue
-            self._note_silent(node.hostname, None)
-            samples.update({u: s for u, s in answer.samples.items() if u in asked})
-            for pid, owner in answer.owners.items():  # PIDs repeat across nodes: then unknown
-                owners[pid] = owner if owners.get(pid, owner) == owner else None
+        if not asked:
+            self._owners = {}
+            return samples
+        with ThreadPoolExecutor(min(len(asked), MAX_ASKED_AT_ONCE)) as pool:
+            answers = pool.map(lambda pair: self._answer(*pair), asked)
+            for (_, uuids), answer in zip(asked, answers, strict=True):
+                if answer is None:
+                    continue
+                samples.update({u: s for u, s in answer.samples.items() if u in uuids})
+                # A PID is a node's own: one that two nodes report is nobody's for sure.
+                for sample in answer.samples.values():
+                    for pid in sample.processes:
+                        owner = answer.owners.get(pid)
+                        owners[pid] = owner if owners.get(pid, owner) == owner else None
         self._owners = {pid: owner for pid, owner in owners.items() if owner}
         return samples
+
+    def _answer(self, node: AdvertisingNode, uuids: Sequence[str]) -> AgentAnswer | None:
+        try:
+            answer = self.ask(node, uuids)
+        except (OSError, ValueError, HTTPException) as error:
+            self._note_silent(node.hostname, str(error) or type(error).__name__)
+            return None
+        self._note_silent(node.hostname, None)
+        return answer
 
     def process_owners(self, pids: Iterable[int]) -> dict[int, str]:
         """The container of each GPU process, as the last sample's agents said."""
@@ -131,15 +156,15 @@ class SwarmSource:
         request = Request(f"http://{node.address}:{self.agents.port}{SAMPLE_PATH}?{query}")
         if self.agents.token:
             request.add_header("Authorization", f"Bearer {self.agents.token}")
-        with urlopen(request, timeout=self.agents.timeout) as reply:
+        with DIRECT.open(request, timeout=self.agents.timeout) as reply:
             return AgentAnswer.read(json.loads(reply.read()))
 
     def _note_silent(self, node: str, why: str | None) -> None:
         """Log once when a node's agent stops answering, and once when it answers again."""
         if why is not None and node not in self._silent:
             log.warning(
-                "gpuspawner: the agent on node %s does not answer (%s): its GPUs' telemetry "
-                "is unknown until it does",
+                "gpuspawner: the agent on node %s does not answer (%s): no word on its GPUs "
+                "until it does (their health marks stand)",
                 node,
                 why,
             )

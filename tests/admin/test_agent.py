@@ -4,6 +4,7 @@ containers, with the token, and reads a node that does not answer as unknown."""
 
 import json
 import logging
+import socket
 import threading
 from dataclasses import dataclass, field
 
@@ -59,19 +60,19 @@ def test_the_hub_reads_each_nodes_gpus_from_its_agent(agent):
     assert source.process_owners([pid]) == {pid: "jupyter-ann"}
 
 
-def test_without_the_token_the_agent_answers_nothing_and_the_gpus_are_unknown(agent, caplog):
+def test_without_the_token_the_agent_answers_nothing_and_the_hub_learns_nothing(agent, caplog):
     source = SwarmSource(lambda: [Node("n1", (BUSY,))], AgentAccess(agent, "wrong"))
     with caplog.at_level(logging.WARNING, "gpuspawner"):
-        assert source.sample([BUSY]) == {BUSY: Telemetry()}
+        assert source.sample([BUSY]) == {}  # no word: a failing GPU's mark stands
         source.sample([BUSY])
     (warning,) = caplog.messages  # once, not every tick
     assert "agent on node n1 does not answer (HTTP Error 401" in warning
 
 
-def test_a_node_that_is_down_is_not_asked_and_its_gpus_are_unknown(agent):
+def test_a_node_that_is_down_or_silent_gives_no_sample(agent):
     nodes = [Node("n1", (BUSY,), ready=False), Node("n2", (FREE,), address="192.0.2.1")]
     source = SwarmSource(lambda: nodes, AgentAccess(agent, "s3cret", timeout=0.2))
-    assert source.sample([BUSY, FREE]) == {BUSY: Telemetry(), FREE: Telemetry()}
+    assert source.sample([BUSY, FREE]) == {}
 
 
 def test_without_agents_the_gpus_are_unknown():
@@ -93,3 +94,41 @@ def test_an_answer_that_is_not_an_agents_is_refused_whole(answer):
 
     with pytest.raises(ValueError):
         AgentAnswer.read(answer)
+
+
+def test_something_else_on_the_agents_port_is_a_silent_node_not_a_failed_tick():
+    with socket.create_server(("127.0.0.1", 0)) as other:
+        port = other.getsockname()[1]
+
+        def reply_garbage():
+            connection, _ = other.accept()
+            with connection:
+                connection.recv(1024)
+                connection.sendall(b"SSH-2.0-OpenSSH_9.2\r\n")
+
+        threading.Thread(target=reply_garbage, daemon=True).start()
+        source = SwarmSource(lambda: [Node("n1", (BUSY,))], AgentAccess(port))
+        assert source.sample([BUSY]) == {}
+
+
+def test_a_pid_two_nodes_report_belongs_to_nobody(tmp_path):
+    """PIDs are each node's own: the same number on two nodes names two processes."""
+    servers = []
+    for address, gpu, owner in (("127.0.0.1", BUSY, "jupyter-ann"), ("127.0.0.2", FREE, None)):
+        load = tmp_path / f"{address}.json"
+        process = {"container": owner} if owner else 4_000_000  # a PID in no container
+        load.write_text(json.dumps({gpu: {"processes": [process]}}))
+        simulated = SimulatedSource(load_file=str(load))
+        port = servers[0].server_address[1] if servers else 0
+        servers.append(serve(Agent(simulated, simulated.process_owners, ""), address, port))
+        threading.Thread(target=servers[-1].serve_forever, daemon=True).start()
+    nodes = [Node("n1", (BUSY,)), Node("n2", (FREE,), address="127.0.0.2")]
+    source = SwarmSource(lambda: nodes, AgentAccess(servers[0].server_address[1]))
+    try:
+        samples = source.sample([BUSY, FREE])
+        assert samples[BUSY].processes == samples[FREE].processes == (4_000_000,)
+        assert source.process_owners([4_000_000]) == {}
+    finally:
+        for server in servers:
+            server.shutdown()
+            server.server_close()
