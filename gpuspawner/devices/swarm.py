@@ -117,22 +117,18 @@ class SwarmSource:
             for node in self.nodes()
             if node.ready and wanted.intersection(node.gpus)
         ]
+        with ThreadPoolExecutor(max(1, min(len(asked), MAX_ASKED_AT_ONCE))) as pool:
+            answers = list(pool.map(lambda pair: self._answer(*pair), asked))
         samples: dict[str, Telemetry] = {}
         owners: dict[int, str | None] = {}
-        if not asked:
-            self._owners = {}
-            return samples
-        with ThreadPoolExecutor(min(len(asked), MAX_ASKED_AT_ONCE)) as pool:
-            answers = pool.map(lambda pair: self._answer(*pair), asked)
-            for (_, uuids), answer in zip(asked, answers, strict=True):
-                if answer is None:
-                    continue
-                samples.update({u: s for u, s in answer.samples.items() if u in uuids})
-                # A PID is a node's own: one that two nodes report is nobody's for sure.
-                for sample in answer.samples.values():
-                    for pid in sample.processes:
-                        owner = answer.owners.get(pid)
-                        owners[pid] = owner if owners.get(pid, owner) == owner else None
+        for (_, theirs), answer in zip(asked, answers, strict=True):
+            if answer is None:
+                continue
+            samples.update({u: s for u, s in answer.samples.items() if u in theirs})
+            # A PID is a node's own: one that two nodes report is nobody's for sure.
+            for pid in (p for sample in answer.samples.values() for p in sample.processes):
+                owner = answer.owners.get(pid)
+                owners[pid] = owner if owners.get(pid, owner) == owner else None
         self._owners = {pid: owner for pid, owner in owners.items() if owner}
         return samples
 

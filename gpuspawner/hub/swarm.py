@@ -186,7 +186,7 @@ class SwarmGPUSpawner(GPUSpawner, SwarmSpawner):
             if down is None:
                 self._down_since = None
             else:
-                self._down_since = getattr(self, "_down_since", None) or time.monotonic()
+                self._down_since = self._down_since or time.monotonic()
                 if time.monotonic() - self._down_since >= self.node_down_grace:
                     return down
         return await super().poll()
