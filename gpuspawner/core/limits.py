@@ -1,7 +1,8 @@
 """Who may get how many GPUs: per-group limits, resolved per user, checked per request.
 
 Pure standard library. `LimitsTable.parse` turns the admin's `group_limits`
-and `default_limits` into checked values once, at hub start; `for_user`
+and `default_limits` into checked values once, at hub start (each group's in
+`group_limits`); `for_user`
 resolves one user's limits (the most generous of their groups' values);
 `admit` decides a request against what is held now, inside the pool's lock.
 
@@ -20,27 +21,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Collection, Iterable, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
 from .errors import LimitsConfigError
-from .nodes import parse_nodes
+from .group_limits import DURATION_KEYS, LINE_KEYS, Limits, check_retention, parse_limits
 from .pool import Usage
 from .profiles import Profile
-from .schema import known_keys_only
 from .units import Request
-from .usage import WEEK
 from .words import COUNTING, DEFAULT_GROUP, amount, count_gpus, from_group, members
-
-COUNT_KEYS = ("max_gpus_per_server", "max_gpus_per_user", "max_gpus_group")
-DURATION_KEYS = ("gpu_idle_timeout", "idle_timeout", "cpu_idle_timeout", "max_age")
-# The waiting line's keys. Unset (None) is 0 for both: no waiting, no precedence.
-LINE_KEYS = ("max_wait", "priority")
-HOURS_KEYS = ("gpu_hours_per_week", "gpu_hours_per_week_group")
-FLAG_KEYS = ("stop_over_budget",)
-GROUP_OWN_KEYS = ("max_gpus_group", "gpu_hours_per_week_group")  # never from default_limits
-A_DECADE = 10 * 365 * 24 * 3600  # the longest time limit: past it, clocks overflow dates
 
 
 class LimitExceeded(Exception):
@@ -50,29 +40,6 @@ class LimitExceeded(Exception):
     def __init__(self, message: str, key: str, group: str | None, waitable: bool = False) -> None:
         super().__init__(message)
         self.key, self.group, self.waitable = key, group, waitable
-
-
-@dataclass(frozen=True)
-class Limits:
-    """One group's limits. None means unlimited (for durations: never)."""
-
-    max_gpus_per_server: Fraction | None = None
-    max_gpus_per_user: Fraction | None = None
-    max_gpus_group: Fraction | None = None
-    profiles: frozenset[str] | None = None
-    gpu_idle_timeout: float | None = None
-    idle_timeout: float | None = None
-    cpu_idle_timeout: float | None = None
-    max_age: float | None = None
-    max_wait: float | None = None  # seconds a start may wait in line for GPUs; 0: refuse at once
-    priority: int | None = None  # higher goes first in the waiting line
-    gpu_hours_per_week: float | None = None
-    gpu_hours_per_week_group: float | None = None
-    stop_over_budget: bool = False
-    nodes: frozenset[str] | None = None  # the machines its members' servers may run on
-
-
-LIMIT_KEYS = tuple(f.name for f in fields(Limits))
 
 
 @dataclass(frozen=True)
@@ -213,12 +180,12 @@ class LimitsTable:
         cover the budgets' 7-day window, or budgets would forget use still in it."""
         if not isinstance(group_limits, Mapping):
             raise LimitsConfigError("c.GPUSpawner.group_limits must be a dict of group → limits")
-        default = _parse_limits(default_limits, "default_limits", None, profile_slugs)
+        default = parse_limits(default_limits, "default_limits", None, profile_slugs)
         groups = {
-            name: _parse_limits(raw, f"group_limits[{name!r}]", default, profile_slugs)
+            name: parse_limits(raw, f"group_limits[{name!r}]", default, profile_slugs)
             for name, raw in group_limits.items()
         }
-        _check_retention(
+        check_retention(
             {"default_limits": default, **{f"group_limits[{n!r}]": g for n, g in groups.items()}},
             retention,
         )
@@ -290,120 +257,3 @@ def _highest(listed: Mapping[str, Limits], key: str) -> Limited:
     values = [(getattr(lim, key) or 0, name) for name, lim in listed.items()]
     value, group = max(values, key=lambda v: v[0])
     return Limited(value, group)
-
-
-def _check_retention(sources: Mapping[str, Limits], retention: float) -> None:
-    budgeted = [
-        f"{where}[{key!r}]"
-        for where, limits in sources.items()
-        for key in HOURS_KEYS
-        if getattr(limits, key) is not None
-    ]
-    if budgeted and retention < WEEK:
-        raise LimitsConfigError(
-            f"c.GPUSpawner.{budgeted[0]} counts GPU-hours over the last 7 days, but the usage "
-            f"ledger keeps grants only {retention / 86400:g} days "
-            "(c.GPUSpawner.usage_retention_days): set it to 7 or more"
-        )
-
-
-def _parse_limits(
-    raw: Any, where: str, default: Limits | None, profile_slugs: Collection[str]
-) -> Limits:
-    raw = known_keys_only(raw, f"c.GPUSpawner.{where}", LIMIT_KEYS, LimitsConfigError)
-    values: dict[str, Any] = {}
-    for key, value in raw.items():
-        if value is None:
-            values[key] = False if key in FLAG_KEYS else None
-        elif key in COUNT_KEYS:
-            values[key] = _count(value, f"{where}[{key!r}]")
-        elif key in DURATION_KEYS:
-            values[key] = _seconds(value, f"{where}[{key!r}]")
-        elif key == "max_wait":
-            values[key] = _wait(value, f"{where}[{key!r}]")
-        elif key == "priority":
-            values[key] = _priority(value, f"{where}[{key!r}]")
-        elif key in HOURS_KEYS:
-            values[key] = _hours(value, f"{where}[{key!r}]")
-        elif key in FLAG_KEYS:
-            values[key] = _flag(value, f"{where}[{key!r}]")
-        elif key == "nodes":
-            values[key] = parse_nodes(value, f"c.GPUSpawner.{where}[{key!r}]", LimitsConfigError)
-        else:
-            values[key] = _profiles(value, f"{where}[{key!r}]", profile_slugs)
-    if default is not None:
-        # A group's quota and group budget are its own; every other key falls back to the default.
-        inherited = {
-            k: getattr(default, k) for k in LIMIT_KEYS if k not in raw and k not in GROUP_OWN_KEYS
-        }
-        values = {**inherited, **values}
-    return Limits(**values)
-
-
-def _count(value: Any, where: str) -> Fraction:
-    """GPU-equivalents: a number ≥ 0 (0.5 is two slots of a GPU shared by 4)."""
-    number = isinstance(value, int | float) and not isinstance(value, bool)
-    if not number or not 0 <= value < math.inf:
-        raise LimitsConfigError(
-            f"c.GPUSpawner.{where} must be a number of GPU-equivalents ≥ 0 (such as 1, 2 "
-            f"or 0.5) or None, got {value!r}"
-        )
-    return Fraction(str(value)) if isinstance(value, float) else Fraction(value)
-
-
-def _seconds(value: Any, where: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= A_DECADE:
-        raise LimitsConfigError(
-            f"c.GPUSpawner.{where} must be a number of seconds > 0 (at most ten years) or None "
-            f"for no limit, got {value!r}"
-        )
-    return float(value)
-
-
-def _wait(value: Any, where: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= A_DECADE:
-        raise LimitsConfigError(
-            f"c.GPUSpawner.{where} must be a number of seconds ≥ 0 (0: no waiting; at most ten "
-            f"years), got {value!r}"
-        )
-    return float(value)
-
-
-def _hours(value: Any, where: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < math.inf:
-        raise LimitsConfigError(
-            f"c.GPUSpawner.{where} must be a number of GPU-hours ≥ 0 (such as 40 or 12.5) "
-            f"or None, got {value!r}"
-        )
-    return float(value)
-
-
-def _priority(value: Any, where: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise LimitsConfigError(
-            f"c.GPUSpawner.{where} must be a whole number (higher goes first), got {value!r}"
-        )
-    return value
-
-
-def _flag(value: Any, where: str) -> bool:
-    if not isinstance(value, bool):
-        raise LimitsConfigError(f"c.GPUSpawner.{where} must be True or False, got {value!r}")
-    return value
-
-
-def _profiles(value: Any, where: str, known: Collection[str]) -> frozenset[str]:
-    if (
-        isinstance(value, str)
-        or not isinstance(value, Iterable)
-        or not all(isinstance(slug, str) for slug in value)
-    ):
-        raise LimitsConfigError(f"c.GPUSpawner.{where} must be a list of profile slugs")
-    slugs = frozenset(value)
-    unknown = slugs - set(known)
-    if unknown:
-        raise LimitsConfigError(
-            f"c.GPUSpawner.{where}: no profile with slug {', '.join(sorted(map(str, unknown)))}; "
-            f"profiles are: {', '.join(sorted(known))}"
-        )
-    return slugs

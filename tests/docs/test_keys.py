@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from gpuspawner.config.settings import GPUSettings
-from gpuspawner.core.limits import LIMIT_KEYS
+from gpuspawner.core.group_limits import LIMIT_KEYS
 from gpuspawner.core.profiles import PROFILE_KEYS
 
 PAGE = (Path(__file__).parents[2] / "docs" / "configuration.md").read_text()
