@@ -10,14 +10,19 @@ or the NVIDIA toolkit's volume-mount device requests.
 dockerd matches JSON field names case-insensitively and docker-py passes a raw
 `host_config` through unchanged, so keys are compared the way dockerd reads
 them: lower case, without underscores (`cap_add`, `CapAdd` and `CAPADD` are
-one key). Paths are compared after `//`, `.` and `..` are resolved.
+one key). Host paths are judged twice: as written (after `//`, `.` and `..`
+are resolved), and as the kernel will open them, every link on the way
+followed. A link is checked when the hub starts and again at every start,
+because whoever can write where it lives can point it elsewhere in between:
+`/srv/data -> /` would otherwise hand every notebook the host's root.
 """
 
 from __future__ import annotations
 
+import os
 import posixpath
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 # Host paths no notebook may mount: a mount of one of them, inside one, or of a folder that
@@ -72,7 +77,7 @@ def find_escapes(create: Mapping[str, Any]) -> list[str]:
     if host.get("devicerequests"):
         problems.append("device_requests (gpuspawner sets them from the pool)")
     devices = [_device_path(d) for d in host.get("devices") or []]
-    gpu_devices = [d for d in devices if GPU_DEVICE.match(d) or CDI_NAME.match(d)]
+    gpu_devices = [named(d) for d in devices if CDI_NAME.match(d) or _judged(d, GPU_DEVICE.match)]
     if gpu_devices:
         problems.append(f"devices {gpu_devices} (GPU devices)")
     if host.get("devicecgrouprules"):
@@ -129,9 +134,11 @@ def _mount_problems(host: Mapping[str, Any]) -> list[str]:
                 break
         else:
             sources += bound_devices(options)
-    bad = sorted({clean_path(s) for s in sources if s.startswith("/") and forbidden_source(s)})
+    bad = exposing_host(sources)
     if bad:
-        problems.append(f"mounts of {', '.join(bad)} (host devices, processes or Docker)")
+        problems.append(
+            f"mounts of {', '.join(bad)}, which expose host devices, processes or Docker"
+        )
     requests = sorted({t for t in map(clean_path, targets) if _under(t, DEVICE_REQUEST_TARGETS)})
     if requests:
         problems.append(f"mounts at {', '.join(requests)} (NVIDIA device requests)")
@@ -154,6 +161,29 @@ def forbidden_source(path: str) -> bool:
         path == f or path.startswith(f + "/") or f.startswith(path.rstrip("/") + "/")
         for f in FORBIDDEN_SOURCES
     )
+
+
+def exposing_host(sources: Iterable[str]) -> list[str]:
+    """The host paths among `sources` whose mount exposes host devices, processes or Docker,
+    as an error names them: "/dev", or "/srv/data (a link to /)"."""
+    return sorted({named(s) for s in sources if s.startswith("/") and _judged(s, forbidden_source)})
+
+
+def _judged(path: str, refused: Callable[[str], object]) -> bool:
+    """Whether `refused` holds for a host path as written, or where its links lead."""
+    return bool(refused(clean_path(path)) or refused(resolved(path)))
+
+
+def resolved(path: str) -> str:
+    """The host path the kernel opens for `path` here: each link on the way followed."""
+    path = clean_path(path)
+    return os.path.realpath(path) if path.startswith("/") else path
+
+
+def named(path: str) -> str:
+    """A host path as an error names it, with where it really leads when a link is on the way."""
+    written, real = clean_path(path), resolved(path)
+    return written if written == real else f"{written} (a link to {real})"
 
 
 def _under(path: str, roots: Iterable[str]) -> bool:

@@ -10,6 +10,10 @@ wrongly for us:
   notebook user (uid 1000) cannot write; a missing *read-only* one becomes an
   empty folder where the admin meant data. So writable host folders are
   created owned by the notebook user, and a missing read-only one is an error.
+- a host folder reached through a link is made where the link leads: a link
+  an admin (or a user, from inside a mounted folder) points at /dev would have
+  the hub create and chown folders there. So every host path is judged where
+  its links lead before anything is made, as the container create judges it.
 - a named volume made on the fly carries no owner. A per-user volume (its
   name holds `{username}`) is created with labels naming its user and hub,
   so `gpuspawner homes` and `gpuspawner cleanup` find homes whatever the
@@ -28,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .docker import LABEL_HUB, LABEL_USER_ID
-from .escapes import clean_path
+from .escapes import clean_path, exposing_host
 
 # GPUSpawner's default `volumes`: one home per user, for all their servers and profiles.
 DEFAULT_HOME_VOLUME = "gpuspawner-home-{username}"
@@ -103,6 +107,12 @@ def prepare(client: Any, found: Iterable[Mount], owner: Owner) -> None:
     """
     found = list(found)
     for mount in found:
+        exposed = exposing_host([mount.source])
+        if exposed:
+            raise StorageProblem(
+                f"{mount.target} would mount the host's {exposed[0]}, which exposes the host's "
+                "devices, processes or Docker. Ask an admin to fix volumes or read_only_volumes."
+            )
         if mount.on_host and clean_path(mount.source) != mount.source:
             raise StorageProblem(
                 f"The host path {mount.source!r} (mounted at {mount.target}) is not a plain "
