@@ -18,7 +18,7 @@ import asyncio
 import fnmatch
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import ClassVar
@@ -28,6 +28,7 @@ from ..core.culling import IdleClock
 from ..core.gpus import Telemetry
 from ..core.pool import GONE, Admission, AlreadyHolding, Grant, Holder
 from ..core.queue import DEFAULT_RESERVE_AFTER
+from ..core.silence import Silence, Silences
 from ..core.units import Kind, Request, Unit
 from ..core.usage import DEFAULT_HALF_LIFE, decayed_gpu_hours
 from ..core.words import at_clock
@@ -92,6 +93,7 @@ class Broker:
         self._containers: dict[int, set[str]] = {}  # grant key → container ids known to hold it
         self._removing: dict[int, asyncio.Task[None]] = {}
         self.stoppables: list[Callable[[], None]] = []  # the monitor and friends, for shutdown
+        self._silences = Silences()  # the engine's unanswered questions (errors, not answers)
         self.ledger = ledger  # the usage ledger: every grant's start, end and busy time
         self.half_life = half_life  # of recent use, which orders the waiting line
         self.line = Line(
@@ -133,6 +135,22 @@ class Broker:
         if self.ledger is not None:
             self.ledger.close()
         self.executor.shutdown(wait=False, cancel_futures=True)
+
+    # --- when the engine does not answer ------------------------------------------
+    def unanswered(self, key: Hashable, question: str, error: BaseException | str) -> Silence:
+        """The engine failed to answer `question` (an error, not a word about the server):
+        whatever asked goes on as it last knew."""
+        return self._silences.unanswered(key, self.clock(), question, str(error) or repr(error))
+
+    def answered(self, key: Hashable) -> None:
+        self._silences.answered(key)
+
+    def silence_of(self, key: Hashable) -> Silence | None:
+        return self._silences.of(key)
+
+    def longest_silence(self) -> Silence | None:
+        """Since when the engine has not answered all of the hub's questions, if it has not."""
+        return self._silences.longest()
 
     # --- recovery -------------------------------------------------------------
     def recover(

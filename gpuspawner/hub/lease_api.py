@@ -28,6 +28,7 @@ from tornado import web
 
 from ..core.lease import Lease, lease
 from ..core.profiles import InvalidUserOptions, choose_profile
+from ..core.words import duration
 from .broker import Broker
 
 SCOPE = "access:servers"
@@ -98,9 +99,23 @@ def lease_of(spawner: Any, broker: Broker) -> dict[str, Any]:
             }
             for d in current.deadlines
         ],
-        "warning": _warning(current),
+        "warning": _docker_silent(spawner, broker, now) or _warning(current),
         "refresh_seconds": current.look_again_in(),
         "now": _iso(now),
+    }
+
+
+def _docker_silent(spawner: Any, broker: Broker, now: float) -> dict[str, Any] | None:
+    """Past `tell_user_docker_silent_after` of errors from Docker about this server: the
+    hub cannot see it, though it runs on."""
+    silence = broker.silence_of(spawner.orm_spawner.id)
+    if silence is None or silence.lasted(now) < spawner.tell_user_docker_silent_after:
+        return None
+    return {
+        "key": "docker",
+        "stops_at": None,
+        "says": f"The hub has had no answer from Docker about this server for "
+        f"{duration(silence.lasted(now))}. It runs on; save your work.",
     }
 
 

@@ -35,6 +35,16 @@ SPAWNS_REFUSED = Counter(
 for _reason in ("capacity", "limit", "budget", "invalid_options"):
     SPAWNS_REFUSED.labels(_reason)  # at zero from the start, so rate() sees the first one
 
+ENGINE_ERRORS = Counter(
+    "gpuspawner_engine_errors_total",
+    "Questions the hub asked Docker (or the swarm) that got an error instead of an answer, "
+    "by question: poll (is a server still running?), list (which containers run?). No "
+    "server is ended on an error: only on Docker's word that its container is gone or exited.",
+    ["question"],
+)
+for _question in ("poll", "list"):
+    ENGINE_ERRORS.labels(_question)
+
 ALLOCATION_SECONDS = Histogram(
     "gpuspawner_allocation_duration_seconds",
     "Time to decide an allocation: limits checked and GPUs chosen, under the pool's lock.",
@@ -246,6 +256,12 @@ class UsageCounters:
             GPU_SECONDS_HELD.labels(group).inc(seconds)
             if observation.busy.get(grant.key):
                 GPU_SECONDS_BUSY.labels(group).inc(seconds)
+
+
+def count_engine_errors(observation: Observation) -> None:
+    """A monitor listener: a tick whose container list Docker did not answer."""
+    if observation.containers is None:
+        ENGINE_ERRORS.labels("list").inc()
 
 
 _registered = False

@@ -30,6 +30,7 @@ from ..core.culling import Busyness, combined
 from ..core.gpus import Telemetry
 from ..core.pool import Grant
 from ..core.units import Kind, Unit
+from ..core.words import duration
 from ..engine import processes
 from ..engine.base import Seen
 from .broker import Broker
@@ -48,6 +49,7 @@ class Observation:
 
 Listener = Callable[[Observation], Awaitable[None] | None]
 Owners = Callable[[Iterable[int]], dict[int, str]]
+LIST = "list"  # the monitor's question to the engine, among those it may leave unanswered
 PRUNE_EVERY = 3600.0  # seconds between two drops of ledger rows past the retention
 
 
@@ -166,12 +168,16 @@ class Monitor:
         broker = self.broker
         broker.retry_removals()
         if observation.containers is None:
+            error = observation.docker_error or "no answer"
+            silence = broker.unanswered(LIST, "which containers run?", error)
             self.log.warning(
-                "gpuspawner: Docker did not answer (%s); GPUs used outside JupyterHub "
-                "are as last seen",
-                observation.docker_error,
+                "gpuspawner: Docker has not answered for %s (%s); every server runs on, and "
+                "GPUs used outside JupyterHub are as last seen",
+                duration(silence.lasted(broker.clock())),
+                silence.error,
             )
             return
+        broker.answered(LIST)
         broker.note_containers(
             observation.containers, self._foreign_processes(observation.telemetry)
         )

@@ -104,6 +104,21 @@ def pool_report(
             {"uuid": g.uuid, "index": g.index, "model": g.model} for g in broker.site.excluded
         ],
         "waiting": waiting_report(broker),
+        "docker": docker_report(broker),
+    }
+
+
+def docker_report(broker: Broker) -> dict[str, Any]:
+    """Whether Docker answers the hub. While it does not, every server runs on as last seen
+    (only Docker's word ends one): since when, the question, and Docker's last error."""
+    silence = broker.longest_silence()
+    if silence is None:
+        return {"answering": True, "since": None, "question": None, "error": None}
+    return {
+        "answering": False,
+        "since": _iso(datetime.fromtimestamp(silence.since, UTC)),
+        "question": silence.question,
+        "error": silence.error,
     }
 
 

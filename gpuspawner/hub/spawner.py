@@ -17,14 +17,16 @@ import asyncio
 import math
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import Future
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, TypeVar
 
+import docker
 from dockerspawner import DockerSpawner
 from jupyterhub.spawner import SpawnException
 from jupyterhub.utils import url_escape_path, url_path_join, utcnow
-from traitlets import Bool, TraitError, default, validate
+from traitlets import Bool, Float, TraitError, default, validate
 
 from ..config.settings import GPUSettings
 from ..core.culling import notice
@@ -41,8 +43,10 @@ from ..engine.base import Engine
 from ..engine.docker import DockerEngine, isolate
 from . import budgets, form, notices, startup
 from .broker import Broker, BrokerNotRunning
-from .metrics import ALLOCATION_SECONDS, SPAWNS_REFUSED
+from .metrics import ALLOCATION_SECONDS, ENGINE_ERRORS, SPAWNS_REFUSED
 from .waiting import WaitEnded
+
+T = TypeVar("T")
 
 LINKS_CANNOT_START = (
     "A link cannot start a server: check the choice below and press Start. "
@@ -91,6 +95,19 @@ class GPUSpawner(GPUSettings, DockerSpawner):
                 "with the GPUs it had, which the pool may have given to someone else."
             )
         return True
+
+    tell_user_docker_silent_after = Float(
+        120.0,
+        config=True,
+        help="""Seconds of errors from Docker about a running server before its user is told.
+
+        Only Docker's word ends a server: its container is gone (404) or has exited. Any
+        other error (a 500, a timeout, no connection) leaves the server running, logged,
+        counted in `gpuspawner_engine_errors_total` and shown on the GPUs page as "Docker
+        not answering"; after this long the server's user also reads it in JupyterLab's
+        GPU status, as a warning that the hub cannot see the server. Example:
+        `c.GPUSpawner.tell_user_docker_silent_after = 300`.""",
+    )
 
     @default("volumes")
     def _default_volumes(self) -> dict[str, Any]:
@@ -389,6 +406,70 @@ class GPUSpawner(GPUSettings, DockerSpawner):
             "message": f"Reserved {units_in_words(grant.units)}: {', '.join(grant.ids)}",
         }
 
+    # --- is it still running: only Docker's word ends a server -------------------------
+    async def poll(self) -> int | str | None:
+        """None while the server runs, or why it ended, on Docker's word alone.
+
+        JupyterHub ends a server whose poll says so (and at hub start, one whose poll
+        raised), and DockerSpawner then removes its container: an error from Docker is
+        not its word, so the server runs on while Docker does not answer.
+        """
+        try:
+            ended = await self.engine_poll()
+        except Exception as error:
+            self._note_docker_silent(error)
+            return None
+        self._books_call(lambda broker: broker.answered(self.orm_spawner.id))
+        return ended
+
+    async def engine_poll(self) -> int | str | None:
+        """The engine's poll (DockerSpawner's, SwarmSpawner's), raising on any error."""
+        ended: int | str | None = await super().poll()
+        return ended
+
+    async def get_object(self) -> dict[str, Any] | None:
+        """The container, or None only when Docker says there is none (404).
+
+        DockerSpawner also takes a 500 for "on an unhealthy node" and forgets the
+        container: a poll then ends a server that runs on. Here every other error raises.
+        """
+        try:
+            found: dict[str, Any] = await self.docker(
+                f"inspect_{self.object_type}", self.object_name
+            )
+        except docker.errors.NotFound:
+            self.log.info("%s %s is gone", self.object_type.title(), self.object_name)
+            self.object_id = ""
+            return None
+        self.object_id = found[self.object_id_key]
+        return found
+
+    def _note_docker_silent(self, error: Exception) -> None:
+        ENGINE_ERRORS.labels("poll").inc()
+        question = f"is {self._log_name} running?"
+        lasted = self._books_call(
+            lambda broker: broker.unanswered(self.orm_spawner.id, question, error).lasted(
+                broker.clock()
+            )
+        )
+        self.log.warning(
+            "gpuspawner: Docker gave an error, not an answer, about %s for %s (%s): "
+            "it runs on as far as the hub knows, and the hub asks again",
+            self._log_name,
+            duration(lasted or 0.0),
+            error,
+        )
+
+    def _books_call(self, call: Callable[[Broker], T]) -> T | None:
+        """`call(broker)`, or None in a process without one, or for a server without a
+        record (nothing was reserved there)."""
+        if self.orm_spawner is None:
+            return None
+        try:
+            return call(Broker.current())
+        except BrokerNotRunning:
+            return None
+
     # --- end ----------------------------------------------------------------------
     def clear_state(self) -> None:
         container_id = self.object_id
@@ -404,13 +485,9 @@ class GPUSpawner(GPUSettings, DockerSpawner):
     ) -> asyncio.Future[None] | None:
         """Ask the broker to free this server's GPUs once Docker confirms its container gone;
         the removal under way, if any, to wait for."""
-        if self.orm_spawner is None:
-            return None
-        try:
-            broker = Broker.current()
-        except BrokerNotRunning:
-            return None  # no broker, no books: nothing was reserved
-        return broker.release_when_gone(self.orm_spawner.id, container_id, in_flight)
+        return self._books_call(
+            lambda broker: broker.release_when_gone(self.orm_spawner.id, container_id, in_flight)
+        )
 
     async def stop(self, now: bool = False) -> None:
         self._note_idle_cull()
@@ -460,12 +537,7 @@ class GPUSpawner(GPUSettings, DockerSpawner):
         return state
 
     def _grant_if_known(self) -> Grant | None:
-        if self.orm_spawner is None:
-            return None
-        try:
-            return Broker.current().grant_of(self.orm_spawner.id)
-        except BrokerNotRunning:
-            return None
+        return self._books_call(lambda broker: broker.grant_of(self.orm_spawner.id))
 
     def load_state(self, state: dict[str, Any]) -> None:
         super().load_state(state)

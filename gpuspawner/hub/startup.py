@@ -140,6 +140,7 @@ async def start_broker(app: Any, spawner_class: Any = None) -> Broker:
     )
     monitor.listeners.append(Reclaimer(app, broker, app.log))
     monitor.listeners.append(metrics.UsageCounters(broker))
+    monitor.listeners.append(metrics.count_engine_errors)
     monitor.start()
     broker.line.limits_of = functools.partial(_limits_of, app, broker)
     broker.line.observe = metrics.observe_wait

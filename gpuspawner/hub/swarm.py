@@ -174,12 +174,13 @@ class SwarmGPUSpawner(GPUSpawner, SwarmSpawner):
         node = read_node(await self.docker("inspect_node", task["NodeID"]))
         return node.address, int(published[0])
 
-    async def poll(self) -> int | str | None:
+    async def engine_poll(self) -> int | str | None:
         """A server whose node has been down for `node_down_grace` has ended as far as its
-        user can tell: say so. Its GPUs stay held until Swarm confirms its task gone
-        (`SwarmEngine.remove_server`). Only "down" counts: Swarm calls every node
-        "unknown" for a moment whenever a manager takes over, and "disconnected" while
-        it looks for one, and the notebooks there run on."""
+        user can tell: say so (a manager that errs instead says nothing). Its GPUs stay
+        held until Swarm confirms its task gone (`SwarmEngine.remove_server`). Only
+        "down" counts: Swarm calls every node "unknown" for a moment whenever a manager
+        takes over, and "disconnected" while it looks for one, and the notebooks there
+        run on."""
         task = await self.get_task()
         if task and task.get("NodeID"):
             down = await self._node_down(task["NodeID"])
@@ -189,7 +190,7 @@ class SwarmGPUSpawner(GPUSpawner, SwarmSpawner):
                 self._down_since = self._down_since or time.monotonic()
                 if time.monotonic() - self._down_since >= self.node_down_grace:
                     return down
-        return await super().poll()
+        return await super().engine_poll()
 
     async def _node_down(self, node_id: str) -> str | None:
         """Why the node is gone, in words; None while it is not down."""
