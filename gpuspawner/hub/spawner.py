@@ -295,6 +295,7 @@ class GPUSpawner(GPUSettings, DockerSpawner):
             )
         self._apply_overrides(dict(profile.spawner_override))
         await self._prepare_storage()  # before the GPUs: a storage problem takes nothing
+        await self._prepare_image()  # and so does an image that is not here
         grant = await self._reserve(profile)
         self.stop_notice = None
         self.restart_on_cpu = False
@@ -353,6 +354,31 @@ class GPUSpawner(GPUSettings, DockerSpawner):
             await asyncio.wrap_future(work)
         except storage.StorageProblem as problem:
             raise _failed(str(problem), "storage", 500) from None
+
+    async def _prepare_image(self) -> None:
+        """The start's image on this machine before its GPUs are reserved: a pull can take
+        minutes, and one that fails then holds nothing. DockerSpawner's start looks again."""
+        chosen = self.user_options.get("image")
+        await self.pull_image(await self.check_allowed(chosen) if chosen else self.image)
+
+    async def pull_image(self, image: str) -> None:
+        """DockerSpawner's pull (by pull_policy), its failure said in words: which image, that
+        it is not on this machine, and why it could not be pulled. A 400 where the user chose
+        the image, a 500 where the admin's config did."""
+        try:
+            await super().pull_image(image)
+        except docker.errors.APIError as error:
+            status = 400 if self.user_options.get("image") else 500
+            if isinstance(error, docker.errors.NotFound) and self.pull_policy == "never":
+                why = "and pull_policy 'never' forbids pulling it"
+            else:
+                why = f"and could not be pulled: {error.explanation or error}"
+            raise _failed(
+                f"Image {image!r} is not on this machine, {why}. Pick another image, or ask "
+                "an admin to make it available here.",
+                "image",
+                status,
+            ) from None
 
     @property
     def _reserved(self) -> asyncio.Event:

@@ -177,13 +177,37 @@ def test_every_shape_of_bad_options_is_a_short_400_that_takes_nothing(hub: Hub, 
     assert hub.server_model("alice", "bad") is None
 
 
-def test_any_image_is_offered_as_a_name_to_type_not_as_a_star(hub_factory):
-    anything = hub_factory("c.GPUSpawner.simulate_gpus = 2\nc.GPUSpawner.allowed_images = '*'\n")
-    anything.add_users("alice")
+@pytest.fixture(scope="module")
+def anything(hub_factory) -> Hub:
+    """A hub where users may name any image, pulled when it is not here (no registry is)."""
+    config = (
+        "c.GPUSpawner.simulate_gpus = 2\nc.GPUSpawner.allowed_images = '*'\n"
+        "c.DockerSpawner.pull_policy = 'ifnotpresent'\n"
+        'c.GPUSpawner.profiles = [{"display_name": "CPU only", "slug": "cpu", "gpus": 0},'
+        ' {"display_name": "1 GPU", "slug": "gpu-1", "gpus": 1, "default": True}]\n'
+    )
+    hub = hub_factory(config)
+    hub.add_users("alice")
+    return hub
+
+
+def test_any_image_is_offered_as_a_name_to_type_not_as_a_star(anything: Hub):
     page = anything.login("alice").get(f"{anything.url}/hub/spawn/alice/x").text
     assert 'name="image"' in page and 'value="*"' not in page and 'type="text"' in page
     refused = anything.spawn("alice", "x", image="not an image!")
     assert refused.status_code == 400 and "is not a Docker image name" in refused.json()["message"]
+
+
+@pytest.mark.parametrize("profile", ["cpu", "gpu-1"])
+def test_an_image_that_cannot_be_pulled_is_a_400_naming_it_that_holds_nothing(anything, profile):
+    refused = anything.spawn("alice", profile, profile=profile, image="busybox:latest")
+    assert refused.status_code == 400, refused.text[:300]
+    message = refused.json()["message"]
+    assert message.startswith("Image 'busybox:latest' is not on this machine, and could not be")
+    assert "Traceback" not in refused.text
+    anything.wait_gone("alice", profile)
+    assert anything.pool()["free"] == 2
+    assert not anything.containers(all=True)
 
 
 @pytest.mark.parametrize(
