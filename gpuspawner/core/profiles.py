@@ -220,10 +220,30 @@ def _check_capacity(request: Request, where: str, units: Sequence[Unit]) -> None
         "or nvidia-mig-parted) or change mig_profile",
         Kind.SHARED: "mark a GPU as shared in c.GPUSpawner.shared_gpus",
     }[request.kind]
+    wider = _wider_pattern(request, units)
+    if wider:
+        pattern, found = wider
+        fix = f"set gpu_model to {pattern!r}, or change gpus or min_gpu_memory"
+        has += (
+            f". gpu_model is a shell-style pattern for the whole model name (case-insensitive), "
+            f"so {request.gpu_model!r} matches only a GPU named exactly that; {pattern!r} "
+            f"would match {found} here"
+        )
     raise ProfileConfigError(
         f"{where} asks for {request.what}, but the pool has {matching} such; it has {has}. "
         f"Fix: {fix}"
     )
+
+
+def _wider_pattern(request: Request, units: Sequence[Unit]) -> tuple[str, int] | None:
+    """For a gpu_model written as part of a name ("H100"), the pattern around it that
+    matches ("*H100*"), and how many units it matches; None where that would not help."""
+    model = request.gpu_model
+    if not model or any(char in model for char in "*?["):
+        return None
+    pattern = f"*{model}*"
+    found = sum(replace(request, gpu_model=pattern).matches(u) for u in units)
+    return (pattern, found) if found >= request.count else None
 
 
 def _slugify(name: str) -> str:

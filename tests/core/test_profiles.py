@@ -177,6 +177,19 @@ def test_profiles_pick_by_kind_model_and_memory():
             r"asks for 1 GPU \(model \*A100\*\), but the pool has 0 such; it has 2 × NVIDIA H100"
             r".*Fix: change gpus, gpu_model or min_gpu_memory",
         ),
+        (  # a model written as part of its name: the pattern that would match is named
+            {"gpus": 1, "gpu_model": "H100"},
+            r"asks for 1 GPU \(model H100\), but the pool has 0 such; it has 2 × NVIDIA H100 "
+            r"80GB HBM3 · 80 GiB, .*\. gpu_model is a shell-style pattern for the whole model "
+            r"name \(case-insensitive\), so 'H100' matches only a GPU named exactly that; "
+            r"'\*H100\*' would match 2 here\. Fix: set gpu_model to '\*H100\*', or change gpus "
+            r"or min_gpu_memory$",
+        ),
+        (  # too few even so: nothing to suggest
+            {"gpus": 2, "gpu_model": "L40S"},
+            r"asks for 2 GPUs \(model L40S\), but the pool has 0 such; it has (?!.*pattern).*\. "
+            r"Fix: change gpus, gpu_model or min_gpu_memory$",
+        ),
         (
             {"mig_profile": "1g.10gb"},
             r"asks for a MIG instance 1g.10gb, but the pool has 0 such; .*7 × MIG 1g.5gb · 5 GiB"
