@@ -49,9 +49,12 @@ class Limits:
     gpu_hours_per_week_group: float | None = None
     stop_over_budget: bool = False
     nodes: frozenset[str] | None = None  # the machines its members' servers may run on
+    max_waiting_per_user: int | None = None  # places in the line; None: 1 per GPU left to take
+    # The keys this group leaves to default_limits: a message names default_limits for them.
+    inherited: frozenset[str] = frozenset()
 
 
-LIMIT_KEYS = tuple(f.name for f in fields(Limits))
+LIMIT_KEYS = tuple(f.name for f in fields(Limits) if f.name != "inherited")
 
 
 def check_retention(sources: Mapping[str, Limits], retention: float) -> None:
@@ -85,6 +88,8 @@ def parse_limits(
             values[key] = _wait(value, f"{where}[{key!r}]")
         elif key == "priority":
             values[key] = _priority(value, f"{where}[{key!r}]")
+        elif key == "max_waiting_per_user":
+            values[key] = _places(value, f"{where}[{key!r}]")
         elif key in HOURS_KEYS:
             values[key] = _hours(value, f"{where}[{key!r}]")
         elif key in FLAG_KEYS:
@@ -98,7 +103,7 @@ def parse_limits(
         inherited = {
             k: getattr(default, k) for k in LIMIT_KEYS if k not in raw and k not in GROUP_OWN_KEYS
         }
-        values = {**inherited, **values}
+        values = {**inherited, **values, "inherited": frozenset(inherited)}
     return Limits(**values)
 
 
@@ -144,6 +149,16 @@ def _priority(value: Any, where: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise LimitsConfigError(
             f"c.GPUSpawner.{where} must be a whole number (higher goes first), got {value!r}"
+        )
+    return value
+
+
+def _places(value: Any, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise LimitsConfigError(
+            f"c.GPUSpawner.{where} must be a whole number of servers ≥ 1 that one user may "
+            f"have waiting in line at once (max_wait 0 is how to let none wait), or None for "
+            f"1 per GPU they may still take, got {value!r}"
         )
     return value
 

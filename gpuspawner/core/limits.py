@@ -1,10 +1,10 @@
 """Who may get how many GPUs: per-group limits, resolved per user, checked per request.
 
 Pure standard library. `LimitsTable.parse` turns the admin's `group_limits`
-and `default_limits` into checked values once, at hub start (each group's in
-`group_limits`); `for_user`
-resolves one user's limits (the most generous of their groups' values);
-`admit` decides a request against what is held now, inside the pool's lock.
+and `default_limits` into checked values once, at hub start (`group_limits`
+checks each); `for_user` resolves one user's limits (the most generous of their
+groups' values, each with where it was written); `admit` decides a request
+against what is held now, inside the pool's lock.
 
 Limits count GPU-equivalents (`units.Unit.weight`): a whole GPU 1, a MIG
 instance its share of its GPU's compute slices, a shared GPU's slot 1/slots.
@@ -78,11 +78,25 @@ class UserLimits:
     durations: Mapping[str, Limited] = field(default_factory=dict)
     max_wait: Limited = Limited(0.0, None)  # seconds; 0: a start that cannot be served is refused
     priority: Limited = Limited(0, None)  # and the group the user waits as
+    line_places: Limited = Limited(None, None)  # max_waiting_per_user; None: `places_in_line`
     budgets: Budgets = field(default_factory=Budgets)
     nodes: Limited = Limited(None, None)  # the machines their servers may run on; None: any
 
     def may_pick(self, slug: str) -> bool:
         return self.profiles.value is None or slug in self.profiles.value
+
+    def places_in_line(self, held: Fraction, pool_gpus: Fraction) -> int:
+        """How many of this user's starts may wait in line at once (max_waiting_per_user).
+
+        Each waiting start counts against JupyterHub's concurrent_spawn_limit, so one user
+        must not fill it. Unset: 1 per GPU they could still take (`max_gpus_per_user`, or the
+        pool's `pool_gpus` where that is unlimited, minus the `held` GPU-equivalents),
+        rounded up, and at least 1. A start that cannot begin now is refused beyond that.
+        """
+        if self.line_places.value is not None:
+            return int(self.line_places.value)
+        most = self.max_gpus_per_user.value
+        return max(1, math.ceil((pool_gpus if most is None else most) - held))
 
     def request_for(self, profile: Profile) -> Request:
         """What this user's start on `profile` asks the pool for: on a machine both the
@@ -202,14 +216,15 @@ class LimitsTable:
             listed = {DEFAULT_GROUP: self.default}
 
         def most_generous(key: str) -> Limited:
-            values = [(getattr(lim, key), name) for name, lim in listed.items()]
+            values = [(getattr(lim, key), _source(name, lim, key)) for name, lim in listed.items()]
             unlimited = [name for value, name in values if value is None]
             if unlimited:
                 return Limited(None, unlimited[0])
             return Limited(*max(values))
 
         durations = {key: most_generous(key) for key in DURATION_KEYS}
-        wait, priority = (_highest(listed, key) for key in LINE_KEYS)
+        wait, priority = (_highest(listed, key, sourced=key == "max_wait") for key in LINE_KEYS)
+        places = most_generous("max_waiting_per_user")
         if admin and not self.limit_admins:
             unlimited = Limited(None, "admin")
             return UserLimits(
@@ -219,6 +234,7 @@ class LimitsTable:
                 durations=durations,
                 max_wait=wait,
                 priority=priority,
+                line_places=places,
             )
         profiles, nodes = (_allowed(listed, key) for key in ("profiles", "nodes"))
         group_hours = {n: lim.gpu_hours_per_week_group for n, lim in listed.items()}
@@ -237,6 +253,7 @@ class LimitsTable:
             durations=durations,
             max_wait=wait,
             priority=priority,
+            line_places=places,
             budgets=budgets,
             nodes=nodes,
         )
@@ -251,9 +268,17 @@ def _allowed(listed: Mapping[str, Limits], key: str) -> Limited:
     return Limited(allowed, ", ".join(listed))
 
 
-def _highest(listed: Mapping[str, Limits], key: str) -> Limited:
+def _source(name: str, limits: Limits, key: str) -> str:
+    """Where group `name`'s value of `key` was written: in its own entry, or, for a key it
+    leaves out, in default_limits, which a message must name instead."""
+    return DEFAULT_GROUP if key in limits.inherited else name
+
+
+def _highest(listed: Mapping[str, Limits], key: str, sourced: bool) -> Limited:
     """The highest `max_wait` or `priority` of the user's groups (unset counts as 0), and its
-    group; on a tie, the first group by name (`listed` is in name order)."""
+    group; on a tie, the first group by name (`listed` is in name order). `sourced`: where the
+    value was written (`_source`), else the group itself (a priority's is the group the user
+    waits as, in line and in the metrics, wherever its number was written)."""
     values = [(getattr(lim, key) or 0, name) for name, lim in listed.items()]
     value, group = max(values, key=lambda v: v[0])
-    return Limited(value, group)
+    return Limited(value, _source(group, listed[group], key) if sourced else group)

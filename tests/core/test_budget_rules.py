@@ -234,7 +234,8 @@ def test_budget_keys_resolve_like_every_limit():
     both = limits.for_user({"students", "course"}).budgets
     assert both.per_user == Limited(60.0, "course")  # the most generous
     assert both.groups == {}  # course sets no group budget: none applies, as with quotas
-    assert limits.for_user({"staff"}).budgets == Budgets(Limited(10.0, "staff"), {}, True)
+    # staff sets no budget of its own: it has default_limits', and says so
+    assert limits.for_user({"staff"}).budgets == Budgets(Limited(10.0, DEFAULT_GROUP), {}, True)
     assert limits.for_user({"students", "staff"}).budgets.per_user == Limited(40.0, "students")
     nobody = limits.for_user(set()).budgets
     assert nobody.per_user == Limited(10.0, DEFAULT_GROUP) and nobody.groups == {}

@@ -192,9 +192,52 @@ def test_the_waiting_line_keys_take_the_highest_of_the_users_groups():
         ({"max_wait": float("inf")}, "max_wait'] must be a number of seconds ≥ 0"),
         ({"priority": 1.5}, "priority'] must be a whole number (higher goes first), got 1.5"),
         ({"priority": True}, "priority'] must be a whole number"),
+        (
+            {"max_waiting_per_user": 0},
+            "max_waiting_per_user'] must be a whole number of servers ≥ 1 that one user may "
+            "have waiting in line at once (max_wait 0 is how to let none wait), or None for 1 "
+            "per GPU they may still take, got 0",
+        ),
+        ({"max_waiting_per_user": 2.5}, "max_waiting_per_user'] must be a whole number"),
     ],
 )
 def test_bad_waiting_line_keys_name_the_group_and_key(raw, message):
     with pytest.raises(LimitsConfigError) as error:
         table({"students": raw})
     assert f"group_limits['students']['{message}" in str(error.value)
+
+
+def test_places_in_line_are_one_per_gpu_the_user_could_still_take_unless_set():
+    limits = table(
+        {"students": {"max_gpus_per_user": 2}, "staff": {"max_waiting_per_user": 5}},
+        {"max_waiting_per_user": None},
+    )
+    student, pool = limits.for_user({"students"}), Fraction(8)
+    assert student.line_places == Limited(None, DEFAULT_GROUP)  # left to default_limits
+    assert student.places_in_line(Fraction(0), pool) == 2
+    assert student.places_in_line(Fraction(1, 7), pool) == 2  # 1 6/7 GPUs left, rounded up
+    assert student.places_in_line(Fraction(2), pool) == 1  # always at least 1
+    unlimited = limits.for_user({"guests"})  # no max_gpus_per_user: the pool's GPUs
+    assert unlimited.places_in_line(Fraction(3), pool) == 5
+    assert limits.for_user({"staff"}).places_in_line(Fraction(0), pool) == 5
+    assert limits.for_user({"staff"}).line_places == Limited(5, "staff")
+    # the most generous of a user's groups, where unset (1 per GPU left) counts as the most
+    assert limits.for_user({"staff", "students"}).line_places.value is None
+
+
+def test_a_value_a_group_leaves_to_default_limits_says_it_came_from_there():
+    """The lease, the form and stop notices name where a limit was written: a group that
+    leaves gpu_idle_timeout out has default_limits', not one of its own."""
+    limits = table(
+        {"researchers": {"max_gpus_per_user": 4}, "students": {"gpu_idle_timeout": 600}},
+        {"gpu_idle_timeout": 1800, "max_age": 7200, "max_wait": 60},
+    )
+    researcher = limits.for_user({"researchers"})
+    assert researcher.duration("gpu_idle_timeout") == Limited(1800.0, DEFAULT_GROUP)
+    assert researcher.duration("max_age") == Limited(7200.0, DEFAULT_GROUP)
+    assert researcher.max_wait == Limited(60.0, DEFAULT_GROUP)
+    assert researcher.max_gpus_per_user == Limited(4, "researchers")
+    assert researcher.priority.group == "researchers"  # the group they wait as, in line
+    both = limits.for_user({"researchers", "students"})
+    assert both.duration("gpu_idle_timeout") == Limited(1800.0, DEFAULT_GROUP)
+    assert limits.for_user({"students"}).duration("gpu_idle_timeout") == Limited(600.0, "students")

@@ -120,6 +120,14 @@ async def test_the_warning_comes_while_the_server_runs_then_the_stop(app):
         await asyncio.sleep(0.1)
     assert body["warning"]["key"] == "gpu_idle_timeout"
     assert "its 1 GPU has been idle for" in body["warning"]["says"]
+    # brief sets only gpu_idle_timeout: the rest is default_limits', and the lease says so
+    sources = {limit["key"]: limit["group"] for limit in body["limits"]}
+    assert sources == {
+        "max_age": "default_limits", "gpu_idle_timeout": "brief", "idle_timeout": "default_limits"
+    }  # fmt: skip
+    says = {limit["key"]: limit["says"] for limit in body["limits"]}
+    assert says["max_age"].endswith(" (max_age from default_limits).")
+    assert "(gpu_idle_timeout of group brief)" in says["gpu_idle_timeout"]
     assert app.users["cy"].spawners[""].active
     while app.users["cy"].spawners[""].active:  # the reclaimer stops it at 3 s idle
         assert time.monotonic() < deadline + 10, "no cull"
