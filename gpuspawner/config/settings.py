@@ -275,21 +275,30 @@ class GPUSettings(HasTraits):
         its members' GPU servers may run on, such as ["gpu-old-1"]; a machine not
         there now is no error; a profile's `nodes` apply too), the culling timeouts,
         and for the waiting line `max_wait` (seconds a start may wait for GPUs;
-        0, the default, refuses at once) and `priority` (higher goes first;
-        default 0), and GPU-hour budgets over the last 7 days (rolling):
+        0, the default, refuses at once), `priority` (higher goes first;
+        default 0) and `max_waiting_per_user` (how many of one user's starts may
+        wait at once, a whole number ≥ 1: each waiting start holds one of
+        JupyterHub's concurrent_spawn_limit slots, and one more that cannot begin
+        at once is refused; unset, the default, is 1 per GPU the user could still
+        take: their max_gpus_per_user, or the whole pool's GPUs where that is
+        unlimited, minus the GPU-equivalents they hold now, rounded up, and at
+        least 1), and GPU-hour budgets over the last 7 days (rolling):
         `gpu_hours_per_week` (each member), `gpu_hours_per_week_group` (all
         members together) and `stop_over_budget` (True: stop a running GPU
         server once over; by default a budget only refuses new GPU starts, and
         CPU-only profiles stay open). GPU-hours count GPU-equivalents held: a
         1/7 MIG instance held an hour is 1/7 GPU-hour. A key left out takes its
         value from `default_limits` (but `max_gpus_group` and
-        `gpu_hours_per_week_group` are a group's own). A user in several groups
-        gets the most generous value of each. Example::
+        `gpu_hours_per_week_group` are a group's own), and messages then say
+        "from default_limits", not the group. A user in several groups
+        gets the most generous value of each (for `max_waiting_per_user`, a
+        group that leaves it unset gives the default above). Example::
 
             c.GPUSpawner.group_limits = {
                 "students": {"max_gpus_per_user": 1, "max_gpus_group": 4,
                              "gpu_hours_per_week": 40},
-                "researchers": {"max_gpus_per_user": 4},
+                "researchers": {"max_gpus_per_user": 4, "max_wait": 1800,
+                                "max_waiting_per_user": 2},
             }
         """,
     )

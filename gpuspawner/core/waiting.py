@@ -9,7 +9,7 @@ they can do.
 from __future__ import annotations
 
 from .limits import Limited
-from .words import DEFAULT_GROUP, at_clock, duration, from_group, ordinal, your_server
+from .words import DEFAULT_GROUP, at_clock, duration, from_group, listed, ordinal, your_server
 
 QUOTA = "max_gpus_group"  # the one limit that waiting can change: a group member gives GPUs back
 
@@ -73,6 +73,22 @@ def kept_for_another(what: str) -> str:
         f"Not enough free GPUs for {what} now: the GPUs that free up are kept for a "
         "start that has waited long in line. Try again when it has started, or pick a "
         "profile with fewer GPUs."
+    )
+
+
+def no_place(servers: list[str], places: int, limit: Limited) -> str:
+    """Why a start that cannot begin now is refused a place in line: its user already has
+    as many starts waiting as they may (`UserLimits.places_in_line`). `servers`: theirs, as
+    JupyterHub names them ("alice/train")."""
+    many = f"{len(servers)} server{'' if len(servers) == 1 else 's'}"
+    rule = f"max_waiting_per_user{from_group(limit.group)}"
+    if limit.value is None:
+        rule = "max_waiting_per_user, unset: 1 per GPU you could still take"
+    return (
+        f"You already wait in line for {many} ({listed(servers)}); you may have at most "
+        f"{places} waiting at once ({rule}), so this start, which cannot begin now, is "
+        "refused. Nothing is held for it: cancel one of those starts, or start this one "
+        "again once one of them has begun."
     )
 
 

@@ -26,6 +26,7 @@ import sqlite3
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from fractions import Fraction
 from typing import Any
 
 from ..core import waiting as words
@@ -36,7 +37,7 @@ from ..core.placement import NotEnoughGPUs
 from ..core.pool import Grant, Holder, Pool
 from ..core.queue import DEFAULT_RESERVE_AFTER, Outcome, Waiting, in_order, starting_now
 from ..core.units import Kind, Request
-from ..core.words import DEFAULT_GROUP, duration
+from ..core.words import DEFAULT_GROUP, duration, server_name
 from ..records.waiting import LineRecord, Waited
 
 NOUNS = {Kind.GPU: "GPU", Kind.MIG: "MIG instance", Kind.SHARED: "shared slot"}
@@ -145,7 +146,9 @@ class Line:
         arrived = self.clock()
         group, priority = limits.priority.group or DEFAULT_GROUP, limits.priority.value or 0
         weight = float(self.pool.weight_of(request))
-        patient = bool(limits.max_wait.value)
+        theirs = [e.holder for e in self._entries.values() if e.holder.user_id == holder.user_id]
+        places = self._places(holder, limits)
+        patient = bool(limits.max_wait.value) and len(theirs) < places
         waiting = Waiting(
             holder.spawner_id, holder.user_id, group, priority, weight, arrived, patient
         )
@@ -161,6 +164,11 @@ class Line:
                 outcome = "refused"
                 ended = WaitEnded(words.kept_for_another(request.what), outcome, "capacity")
                 raise entry.blocked or ended
+            if not entry.result.done() and not patient:  # no place left for it in line
+                outcome = "refused"
+                names = [server_name(h.user, h.server) for h in theirs]
+                text = words.no_place(names, places, limits.line_places)
+                raise LimitExceeded(text, "max_waiting_per_user", limits.line_places.group)
             timeout = max(0.0, entry.deadline - self.clock())
             if not (await asyncio.wait([entry.result], timeout=timeout))[0]:
                 outcome = "max_wait"
@@ -184,6 +192,12 @@ class Line:
                 else:  # it held nothing back: only the places behind it moved
                     self._moved()
             self.observe(outcome, self.clock() - entry.waiting.arrived)
+
+    def _places(self, holder: Holder, limits: UserLimits) -> int:
+        """How many starts this user may have waiting: each holds one of JupyterHub's
+        concurrent_spawn_limit slots, so one user must not be able to fill them."""
+        held = self.pool.usage().by_user[holder.user_id]
+        return limits.places_in_line(held, sum((u.weight for u in self.pool.units), Fraction(0)))
 
     def remove(self, key: int) -> bool:
         """An admin takes a start out of the line; it ends with a message, holding nothing."""

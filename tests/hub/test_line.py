@@ -29,6 +29,7 @@ LIMITS = {
     "researchers": {"max_wait": 60, "max_gpus_per_user": 2},
     "students": {"max_wait": 60, "max_gpus_group": 1},
     "impatient": {"max_wait": 0.2},
+    "solo": {"max_wait": 60, "max_waiting_per_user": 1},
 }
 
 
@@ -42,10 +43,10 @@ def broker(tmp_path):
     broker.line.close()
 
 
-def start(broker, key, group, gpus=1, user_id=None, request=None):
+def start(broker, key, group, gpus=1, user_id=None, request=None, server=""):
     """A GPU start as GPUSpawner makes it, as a task: it holds GPUs or waits in line."""
     user_id = key if user_id is None else user_id
-    holder = Holder(key, user_id, f"user{user_id}")
+    holder = Holder(key, user_id, f"user{user_id}", server)
     limits = broker.site.limits.for_user({group} if group else set())
     request = request or Request(gpus=gpus)
 
@@ -149,6 +150,48 @@ async def test_limits_waiting_cannot_change_refuse_at_once(broker):
         await start(broker, 2, "researchers", gpus=1, user_id=7)
     assert refused.value.key == "max_gpus_per_user"
     assert waiting_keys(broker) == []
+
+
+async def test_one_user_waits_for_at_most_one_server_per_gpu_they_could_still_take(broker):
+    """Each waiting start holds one of JupyterHub's concurrent_spawn_limit slots: unset,
+    max_waiting_per_user is what the user could still take (researchers: 2 GPUs each)."""
+    held = await fill(broker)
+    first, second = (start(broker, k, "researchers", user_id=7, server=f"s{k}") for k in (1, 2))
+    await settle()
+    with pytest.raises(LimitExceeded) as refused:
+        await start(broker, 3, "researchers", user_id=7, server="s3")
+    assert str(refused.value) == (
+        "You already wait in line for 2 servers (user7/s1, user7/s2); you may have at most 2 "
+        "waiting at once (max_waiting_per_user, unset: 1 per GPU you could still take), so "
+        "this start, which cannot begin now, is refused. Nothing is held for it: cancel one "
+        "of those starts, or start this one again once one of them has begun."
+    )
+    assert refused.value.key == "max_waiting_per_user"
+    assert waiting_keys(broker) == [1, 2] and broker.pool.grant_of(3) is None
+    broker.release_when_gone(held[0].key)
+    assert (await asyncio.wait_for(first, 10)).uuids == held[0].uuids
+    # holding 1 of their 2 GPUs, user 7 may have 1 start waiting: the one still in line
+    with pytest.raises(
+        LimitExceeded, match=r"wait in line for 1 server \(user7/s2\); you may have at most 1"
+    ):
+        await start(broker, 4, "researchers", user_id=7, server="s4")
+    assert waiting_keys(broker) == [2] and not second.done()
+
+
+async def test_a_start_that_fits_now_is_never_refused_a_place(broker):
+    await start(broker, 100, None)
+    big = start(broker, 1, "solo", gpus=4, user_id=8, server="big")
+    await settle()
+    assert waiting_keys(broker) == [1]
+    small = await start(broker, 2, "solo", gpus=1, user_id=8, server="small")  # fits now
+    assert len(small.uuids) == 1
+    with pytest.raises(LimitExceeded) as refused:  # would wait: no place left
+        await start(broker, 3, "solo", gpus=3, user_id=8, server="three")
+    assert (
+        "(user8/big); you may have at most 1 waiting at once (max_waiting_per_user of "
+        "group solo)" in str(refused.value)
+    )
+    assert waiting_keys(broker) == [1] and broker.pool.free_count() == 2 and not big.done()
 
 
 async def test_a_start_bigger_than_its_groups_whole_quota_is_refused_at_once(broker):

@@ -43,6 +43,7 @@ c.GPUSpawner.group_limits = {{
     "vip": {{"priority": 10, "max_wait": 900, "max_gpus_per_user": 1}},
     "researchers": {{"max_wait": 900}},
     "impatient": {{"max_wait": 4}},
+    "one-gpu": {{"max_wait": 900, "max_gpus_per_user": 1}},
 }}
 c.DockerSpawner.start_timeout = {START_TIMEOUT}
 c.JupyterHub.tornado_settings = {{"slow_spawn_timeout": 1}}  # to the pending page after 1 s
@@ -54,9 +55,9 @@ HOLDERS = ["h1", "h2", "h3", "h4"]
 def hub(hub_factory) -> Hub:
     hub = hub_factory(CONFIG)
     hub.add_users(
-        *HOLDERS, "vera", "rhea", "lena", "otto", "ivan", "admin",
+        *HOLDERS, "vera", "rhea", "lena", "otto", "ivan", "nina", "admin",
         groups={"marathon": HOLDERS, "vip": ["vera"], "researchers": ["rhea", "lena", "otto"],
-                "impatient": ["ivan"]},
+                "impatient": ["ivan"], "one-gpu": ["nina"]},
     )  # fmt: skip
     return hub
 
@@ -196,6 +197,31 @@ def test_limits_waiting_cannot_change_refuse_at_once(hub: Hub):
     assert refused.status_code == 403
     assert "max_gpus_per_user of group vip" in refused.json()["message"]
     assert in_line(hub) == [] and hub.server_model("vera", "second") is None
+
+
+def test_one_user_cannot_take_many_places_in_line(hub: Hub):
+    """Each waiting start holds one of the hub's concurrent_spawn_limit slots. nina may hold
+    1 GPU, so 1 start of hers may wait; the 9 more she asks for are refused at once."""
+    assert hub.pool()["free"] == 0
+    assert hub.spawn("nina", profile="gpu-1").status_code == 202
+    hub.wait_for(lambda: in_line(hub) == ["nina"], what="nina in line")
+    for n in range(1, 10):
+        refused = hub.spawn("nina", f"more{n}", profile="gpu-1")
+        assert refused.status_code == 403, refused.text
+        assert refused.json()["message"] == (
+            "You already wait in line for 1 server (nina); you may have at most 1 waiting at "
+            "once (max_waiting_per_user, unset: 1 per GPU you could still take), so this start, "
+            "which cannot begin now, is refused. Nothing is held for it: cancel one of those "
+            "starts, or start this one again once one of them has begun."
+        )
+        assert hub.server_model("nina", f"more{n}") is None
+    assert in_line(hub) == ["nina"] and not hub.held_by("nina")
+    assert [c.name for c in hub.containers(all=True) if "more" in c.name] == []
+    assert hub.server_model("nina")["pending"] == "spawn"
+    [freed] = hub.held_by("h3")
+    hub.stop_server("h3")
+    hub.wait_ready("nina")  # the one place she had still started, on the GPU that freed
+    assert hub.held_by("nina") == [freed] and in_line(hub) == []
 
 
 def test_the_admin_page_lists_the_line_and_removes_an_entry(hub: Hub, browser):
