@@ -36,7 +36,7 @@ from ..devices.simulated import SimulatedSource
 from ..devices.swarm import SwarmSource
 from ..engine import processes
 from ..records.ledger import Ledger
-from . import lease_api, metrics, notices, pages
+from . import access, lease_api, metrics, notices, pages
 from .broker import Broker, BrokerNotRunning, KnownServers
 from .monitor import Monitor, Owners
 from .reclaimer import Reclaimer
@@ -49,21 +49,28 @@ class UnsupportedJupyterHub(RuntimeError):
 
 
 def check_start_sequence(app_class: type, version: tuple[int, ...]) -> None:
-    """UnsupportedJupyterHub unless `init_spawners` is a coroutine that `initialize` runs
-    after the web application exists (so the GPU pages can be added there)."""
+    """UnsupportedJupyterHub unless `init_spawners` and `init_role_creation` are coroutines
+    that `initialize` runs, the roles first (so gpuspawner's scopes are defined before the
+    config's roles grant them) and the spawners after the web application exists (so the
+    GPU pages can be added there)."""
     if version[0] not in SUPPORTED_MAJOR_VERSIONS:
         raise UnsupportedJupyterHub(
             f"gpuspawner's start-up adapter supports JupyterHub "
             f"{', '.join(map(str, SUPPORTED_MAJOR_VERSIONS))}.x, not {'.'.join(map(str, version))}"
         )
-    init_spawners = getattr(app_class, "init_spawners", None)
-    if not inspect.iscoroutinefunction(init_spawners):
-        raise UnsupportedJupyterHub("JupyterHub.init_spawners is no longer a coroutine method")
+    for step in ("init_role_creation", "init_spawners"):
+        if not inspect.iscoroutinefunction(getattr(app_class, step, None)):
+            raise UnsupportedJupyterHub(f"JupyterHub.{step} is no longer a coroutine method")
     source = inspect.getsource(getattr(app_class, "initialize"))  # noqa: B009
     web_app, spawners = source.find("init_tornado_application()"), source.find("init_spawners()")
     if web_app < 0 or spawners < 0 or web_app > spawners:
         raise UnsupportedJupyterHub(
             "JupyterHub.initialize no longer runs init_spawners after init_tornado_application"
+        )
+    if not 0 <= source.find("init_role_creation()") < spawners:
+        raise UnsupportedJupyterHub(
+            "JupyterHub.initialize no longer loads its roles (init_role_creation) before "
+            "init_spawners"
         )
 
 
@@ -77,15 +84,27 @@ def install(spawner_class: type) -> None:
         return
     check_start_sequence(JupyterHub, tuple(version_info[:3]))
 
+    def ours(app: Any) -> bool:
+        configured = app.spawner_class
+        return isinstance(configured, type) and issubclass(configured, spawner_class)
+
     @functools.wraps(original)
     async def init_spawners(app: Any) -> Any:
-        configured = app.spawner_class
-        if isinstance(configured, type) and issubclass(configured, spawner_class):
+        if ours(app):
             await start_broker(app)
         return await original(app)
 
+    load_roles = JupyterHub.init_role_creation
+
+    @functools.wraps(load_roles)
+    async def init_role_creation(app: Any) -> Any:
+        if ours(app):
+            access.register(app)
+        return await load_roles(app)
+
     init_spawners.gpuspawner = True  # type: ignore[attr-defined]
     JupyterHub.init_spawners = init_spawners
+    JupyterHub.init_role_creation = init_role_creation
 
 
 async def start_broker(app: Any, spawner_class: Any = None) -> Broker:

@@ -12,8 +12,12 @@ class Hub6:
     """The start sequence the adapter was written for, in miniature."""
 
     async def initialize(self, argv=None):
+        await self.init_role_creation()
         self.init_tornado_application()
         await self.init_spawners()
+
+    async def init_role_creation(self):
+        pass
 
     async def init_spawners(self):
         pass
@@ -37,6 +41,13 @@ class SpawnersNoLongerStarted(Hub6):
         pass
 
 
+class RolesAfterTheSpawners(Hub6):
+    async def initialize(self, argv=None):
+        self.init_tornado_application()
+        await self.init_spawners()
+        await self.init_role_creation()
+
+
 class SynchronousInitSpawners(Hub6):
     def init_spawners(self):  # type: ignore[override]
         pass
@@ -56,6 +67,7 @@ def test_the_miniature_of_that_sequence_passes():
         (SpawnersBeforeTheWebApp, "no longer runs init_spawners after init_tornado_application"),
         (SpawnersNoLongerStarted, "no longer runs init_spawners after init_tornado_application"),
         (SynchronousInitSpawners, "init_spawners is no longer a coroutine method"),
+        (RolesAfterTheSpawners, r"no longer loads its roles \(init_role_creation\) before"),
     ],
 )
 def test_a_jupyterhub_whose_start_sequence_moved_is_refused(app_class, message):
@@ -75,3 +87,5 @@ def test_installing_twice_wraps_init_spawners_once():
     assert JupyterHub.init_spawners is wrapped
     assert wrapped.gpuspawner
     assert not getattr(wrapped.__wrapped__, "gpuspawner", False)
+    assert JupyterHub.init_role_creation.__wrapped__.__name__ == "init_role_creation"
+    assert not hasattr(JupyterHub.init_role_creation.__wrapped__, "__wrapped__")
