@@ -86,7 +86,7 @@ def base_config(token: str, prefix: str, hub_ip: str) -> str:
         c.JupyterHub.services = [{{"name": "tests", "api_token": {token!r}}}]
         c.JupyterHub.load_roles = [
             {{"name": "tests", "scopes": ["admin:users", "admin:servers", "admin:groups",
-              "read:metrics", "access:servers"], "services": ["tests"]}},
+              "read:metrics", "access:servers", "custom:gpus:admin"], "services": ["tests"]}},
         ]
         """
     )

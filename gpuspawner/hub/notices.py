@@ -1,7 +1,7 @@
 """Why a user's servers were stopped, and the way back: what the spawn page and the API say.
 
-A server stopped by policy leaves a notice in its state, kept until its next
-start. A GPU server's notice also offers to start the same server again on a
+A server stopped by policy or by an admin leaves a notice in its state, kept
+until its next start. A GPU server's notice also offers to start the same server again on a
 CPU-only profile: its home is the same, so the user keeps working on their
 files while the GPUs serve someone else. The offer is made only where the user
 may start that profile now, and it is only an offer: the start itself goes
@@ -29,6 +29,7 @@ from .form import NoticeRow, why_not_now
 
 STATE_NOTICE = "stop_notice"
 STATE_CPU_RESTART = "restart_on_cpu"  # the stopped server held GPUs: offer a CPU-only start
+REASON_LIMIT = 500  # characters of an admin's reason for a stop: a sentence or two
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,13 @@ class StopNotice:
     server: str
     text: str
     restart: Profile | None  # the CPU-only profile offered, if any
+
+
+def stopped_by_admin(reason: str) -> str:
+    """Why the server stopped, when an admin stopped it from the GPUs page: that an admin did,
+    not a policy, and the admin's words where they gave any (on one line)."""
+    words = " ".join(reason.split())
+    return f"an admin stopped it, saying “{words}”" if words else "an admin stopped it"
 
 
 def cpu_profile(

@@ -20,10 +20,10 @@ c.GPUSpawner.profiles = [
     {{"display_name": "4 GPUs", "slug": "gpu-4", "gpus": 4}},
 ]
 c.GPUSpawner.group_limits = {{"students": {{"max_gpus_group": 3}}}}
-# a dashboard's token: it may read every server, and change none
+# a dashboard's token: it may read the GPU pool, and change nothing
 c.JupyterHub.services.append({{"name": "dashboard", "api_token": {dashboard!r}}})
 c.JupyterHub.load_roles.append(
-    {{"name": "dashboard", "scopes": ["read:servers"], "services": ["dashboard"]}}
+    {{"name": "dashboard", "scopes": ["custom:gpus:read"], "services": ["dashboard"]}}
 )
 """
 DASHBOARD_TOKEN = "dashboard-token-0123456789abcdef"
@@ -94,6 +94,13 @@ def test_an_admin_sees_the_holders_and_stops_one_from_the_page(hub: Hub, browser
     [bob_gpu] = [g["uuid"] for g in hub.pool()["gpus"] if (g["holder"] or {}).get("user") == "bob"]
     row = browser.find_element(By.CSS_SELECTOR, f'tr[data-uuid="{bob_gpu}"]')
     row.find_element(By.CSS_SELECTOR, "button.stop-server").click()
+    dialog = WebDriverWait(browser, 20).until(
+        expected_conditions.visibility_of_element_located((By.ID, "stop-dialog"))
+    )
+    assert "Stop bob / train?" in dialog.text
+    assert hub.server_model("bob", "train")["ready"]  # nothing stops before the confirmation
+    browser.find_element(By.ID, "stop-reason").send_keys("the GPUs are booked for the exam")
+    browser.find_element(By.ID, "stop-confirm").click()
     WebDriverWait(browser, 60).until(
         lambda driver: (
             driver.find_element(By.CSS_SELECTOR, f'tr[data-uuid="{bob_gpu}"]').get_attribute(
@@ -105,3 +112,10 @@ def test_an_admin_sees_the_holders_and_stops_one_from_the_page(hub: Hub, browser
     assert "2 of 4" in browser.find_element(By.CSS_SELECTOR, "[data-testid=summary]").text
     assert hub.server_model("bob", "train") is None
     assert value(hub.metrics(), "gpuspawner_gpus", state="free") == 2
+
+    browser.delete_all_cookies()
+    log_in(browser, hub.url, "bob", PASSWORD)
+    browser.get(f"{hub.url}/hub/spawn/bob/train")
+    notice = browser.find_element(By.CSS_SELECTOR, "[data-testid=notice]").text
+    assert notice.startswith("Your server 'train' was stopped at ")
+    assert "an admin stopped it, saying “the GPUs are booked for the exam”" in notice

@@ -1,0 +1,44 @@
+"""gpuspawner's scopes: defined where the config did not, granted to admins by default, and
+an admin's stop read by its user as an admin's."""
+
+from jupyterhub import roles
+
+from gpuspawner.hub import access, notices
+
+
+class App:
+    def __init__(self, custom_scopes=None):
+        self.custom_scopes = custom_scopes or {}
+
+
+def scopes_of(role_name: str) -> list[str]:
+    return next(r for r in roles.get_default_roles() if r["name"] == role_name)["scopes"]
+
+
+def test_a_config_without_them_gets_both_scopes_and_admins_act_on_the_pool():
+    app = App()
+    access.register(app)
+    assert set(app.custom_scopes) == {access.READ, access.ADMIN}
+    assert app.custom_scopes[access.ADMIN]["subscopes"] == [access.READ]
+    assert scopes_of("admin").count(access.ADMIN) == 1
+    assert "admin:servers" in scopes_of("admin")  # JupyterHub's own scopes are all still there
+    assert not any(s.startswith("custom:") for s in scopes_of("user") + scopes_of("server"))
+
+
+def test_an_admins_own_definition_stands_and_registering_twice_grants_once():
+    own = {access.READ: {"description": "our wording"}}
+    app = App(own)
+    access.register(app)
+    access.register(app)
+    assert app.custom_scopes[access.READ] == {"description": "our wording"}
+    assert access.ADMIN in app.custom_scopes
+    assert scopes_of("admin").count(access.ADMIN) == 1
+    assert not getattr(roles.get_default_roles.__wrapped__, "gpuspawner", False)
+
+
+def test_an_admins_stop_says_so_and_quotes_the_reason_on_one_line():
+    assert notices.stopped_by_admin("") == "an admin stopped it"
+    assert notices.stopped_by_admin("  \n ") == "an admin stopped it"
+    assert notices.stopped_by_admin("exam at 14:00,\n  GPUs booked") == (
+        "an admin stopped it, saying “exam at 14:00, GPUs booked”"
+    )
