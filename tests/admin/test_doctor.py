@@ -254,6 +254,23 @@ def test_a_setting_that_reaches_the_host_fails_naming_it(tmp_path):
     )
 
 
+def test_a_volume_linked_to_the_hosts_root_fails_naming_where_it_leads(tmp_path):
+    """The review's case: /srv/link -> / passed as a plain folder and gave notebooks the host."""
+    link = tmp_path / "link"
+    link.symlink_to("/")
+    extra = (
+        f'c.GPUSpawner.volumes = {{"gpuspawner-home-{{username}}": "/home/jovyan", '
+        f'{str(link)!r}: "/host"}}\n'
+    )
+    done = doctor(tmp_path, "-f", str(write_config(tmp_path, extra)))
+    assert done.returncode == 1
+    assert line(done.stdout, "Container settings") == (
+        f"FAIL  Container settings: c.GPUSpawner.volumes sets mounts of {link} (a link to /), "
+        "which expose host devices, processes or Docker. A notebook gets GPUs only from the "
+        "pool: remove these."
+    )
+
+
 def test_a_demo_login_open_to_the_network_is_a_warning(tmp_path):
     extra = (
         'c.JupyterHub.authenticator_class = "dummy"\nc.Authenticator.allow_all = True\n'
