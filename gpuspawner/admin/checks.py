@@ -228,7 +228,8 @@ DEMO_AUTHENTICATORS = {
 
 
 def judge_logins(site: HubConfig) -> Finding:
-    """A demo login is fine on 127.0.0.1, and a hole anywhere else."""
+    """A demo login is fine on 127.0.0.1, and a hole anywhere else: anyone who reaches the
+    hub logs in and takes GPUs. So it fails there, and a deploy gated on doctor stops."""
     subject = "Logins"
     authenticator = site.authenticator_class()
     risks = []
@@ -244,9 +245,10 @@ def judge_logins(site: HubConfig) -> Finding:
         return passed(subject, f"{authenticator.__name__}; the hub listens on {where}")
     if is_loopback(host):
         return passed(subject, f"{', '.join(risks)}: only reachable from this machine ({host})")
-    return warning(
+    return failed(
         subject,
-        f"{', '.join(risks)}, while the hub listens on {where}",
+        f"{', '.join(risks)}, while the hub listens on {where}: anyone who can reach it "
+        "logs in and gets GPUs",
         "use your site's authenticator (OAuthenticator, LDAP, PAM …) with an allow list or "
         "groups, or keep the demo on 127.0.0.1 (c.JupyterHub.bind_url)",
     )
@@ -259,3 +261,4 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+

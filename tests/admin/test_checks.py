@@ -280,24 +280,23 @@ DEMO = (
     ("body", "status", "words"),
     [
         (DEMO + 'c.JupyterHub.bind_url = "http://127.0.0.1:8000"', Status.PASS, "127.0.0.1"),
-        (DEMO + 'c.JupyterHub.bind_url = "http://0.0.0.0:8000"', Status.WARN, "0.0.0.0"),
-        (DEMO, Status.WARN, "every interface"),  # JupyterHub's default bind_url: all of them
-        ('c.JupyterHub.authenticator_class = "shared-password"', Status.WARN, "one password"),
+        (DEMO + 'c.JupyterHub.bind_url = "http://0.0.0.0:8000"', Status.FAIL, "0.0.0.0"),
+        (DEMO, Status.FAIL, "every interface"),  # JupyterHub's default bind_url: all of them
+        ('c.JupyterHub.authenticator_class = "shared-password"', Status.FAIL, "one password"),
         (
             'c.Authenticator.allow_all = True\nc.JupyterHub.ip = "10.0.0.5"',
-            Status.WARN,
+            Status.FAIL,
             "allow_all",
         ),
         ('c.JupyterHub.authenticator_class = "pam"', Status.PASS, "PAMAuthenticator"),
     ],
 )
-def test_demo_logins_are_flagged_unless_only_this_machine_can_reach_them(
-    tmp_path, body, status, words
-):
+def test_demo_logins_fail_unless_only_this_machine_can_reach_them(tmp_path, body, status, words):
     finding = judge_logins(hubconfig.load(config_file(tmp_path, body)))
     assert finding.status is status, finding
     assert words in finding.detail
-    if status is Status.WARN:
+    if status is Status.FAIL:
+        assert "anyone who can reach it logs in" in finding.detail
         assert (
             "DummyAuthenticator" in finding.detail
             or "allow_all" in finding.detail
@@ -312,3 +311,4 @@ def test_the_example_config_is_safe_as_shipped(monkeypatch):
     site = hubconfig.load(Path(__file__).parents[2] / "jupyterhub_config.py", simulate_gpus=2)
     assert judge_logins(site).status is Status.PASS
     assert judge_container_settings(site).status is Status.PASS
+

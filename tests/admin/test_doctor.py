@@ -271,13 +271,37 @@ def test_a_volume_linked_to_the_hosts_root_fails_naming_where_it_leads(tmp_path)
     )
 
 
-def test_a_demo_login_open_to_the_network_is_a_warning(tmp_path):
-    extra = (
-        'c.JupyterHub.authenticator_class = "dummy"\nc.Authenticator.allow_all = True\n'
-        'c.JupyterHub.bind_url = "http://0.0.0.0:8000"\n'
+EXAMPLE = Path(__file__).parents[2] / "jupyterhub_config.py"
+
+
+def doctor_on_the_example(tmp_path: Path, bind_url: str, extra: str = ""):
+    """Doctor on the shipped example config (its demo login), bound where `bind_url` says."""
+    config = tmp_path / "jupyterhub_config.py"
+    config.write_text(EXAMPLE.read_text() + extra)
+    env = {
+        "GPUSPAWNER_SIMULATE_GPUS": "4",
+        "GPUSPAWNER_NOTEBOOK_IMAGE": NOTEBOOK_IMAGE,
+        "GPUSPAWNER_CPU_IMAGE": CPU_IMAGE,
+        "GPUSPAWNER_BIND_URL": bind_url,
+    }
+    return doctor(tmp_path, "-f", str(config), env=env)
+
+
+def test_the_example_demo_login_on_a_public_address_fails_doctor(tmp_path):
+    done = doctor_on_the_example(tmp_path, "http://0.0.0.0:8000")
+    assert done.returncode == 1, done.stdout
+    assert line(done.stdout, "Logins") == (
+        "FAIL  Logins: DummyAuthenticator (any username logs in), a shared demo password, "
+        "allow_all = True (everyone who can log in gets GPUs), while the hub listens on "
+        "0.0.0.0: anyone who can reach it logs in and gets GPUs"
     )
-    done = doctor(tmp_path, "-f", str(write_config(tmp_path, extra)))
+    assert "fix: use your site's authenticator (OAuthenticator, LDAP, PAM …)" in done.stdout
+
+
+def test_the_example_demo_login_on_loopback_passes(tmp_path):
+    done = doctor_on_the_example(tmp_path, "http://127.0.0.1:8000")
     assert line(done.stdout, "Logins").startswith(
-        "WARN  Logins: DummyAuthenticator (any username logs in), allow_all = True"
+        "PASS  Logins: DummyAuthenticator (any username logs in), a shared demo password, "
+        "allow_all = True (everyone who can log in gets GPUs): only reachable from this machine"
     )
-    assert "while the hub listens on 0.0.0.0" in done.stdout
+
