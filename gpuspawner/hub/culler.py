@@ -11,6 +11,13 @@ from pathlib import Path
 from typing import Any
 
 CULLER_CONFIG = str(Path(__file__).with_name("idle_culler_config.py"))
+# jupyterhub-idle-culler's main, ending on the SIGINT the hub stops it with even where the hub
+# was started with SIGINT ignored (as a shell's background job is, and every child inherits):
+# the hub would otherwise wait its 30 s interrupt_timeout for it at every stop.
+CULLER_MAIN = (
+    "import signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
+    "from jupyterhub_idle_culler import main; main()"
+)
 CULLER_SCOPES = [
     "list:users",
     "read:users:activity",
@@ -32,8 +39,8 @@ def idle_culler_service(
         "name": name,
         "command": [
             sys.executable,
-            "-m",
-            "jupyterhub_idle_culler",
+            "-c",
+            CULLER_MAIN,
             f"--timeout={timeout}",
             f"--cull-every={cull_every}",
             f"--config={CULLER_CONFIG}",

@@ -2,11 +2,12 @@
 service, the hub's GPU monitor, simulated GPUs made busy or idle through their load file."""
 
 import json
+import signal
 import threading
 from datetime import UTC, datetime
 
 import pytest
-from realhub import Hub
+from realhub import Hub, processes_in
 
 CONFIG = """
 from gpuspawner.hub.culler import idle_culler_service
@@ -119,3 +120,29 @@ def test_max_age_stops_a_busy_server(hub: Hub, load_file):
     assert "the longest a GPU server may run (max_age of group marathon)" in page
     hub.spawn_ready("runner", profile="gpu-1")
     hub.stop_server("runner")
+
+
+def test_the_hub_stops_its_culler_with_sigint_even_when_started_with_sigint_ignored(
+    hub_factory, load_file
+):
+    """A shell's background job (`scripts/hub &`) starts with SIGINT ignored, and so would
+    every process the hub starts: the culler then ignored the SIGINT the hub stops it with,
+    and each hub stop waited the 30 s of interrupt_timeout before a SIGTERM."""
+    hub = hub_factory(CONFIG.format(load=str(load_file)), start=False)
+    inherited = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        hub.start()
+    finally:
+        signal.signal(signal.SIGINT, inherited)
+    [culler] = hub.wait_for(
+        lambda: [
+            pid
+            for pid, command in processes_in({hub.workdir.resolve()}).items()
+            if "jupyterhub_idle_culler" in command
+        ],
+        what="the culler running",
+    )
+    hub.stop()
+    log = hub.log()
+    assert f"Interrupting {culler}" in log
+    assert f"Terminating {culler}" not in log  # it ended on the SIGINT
