@@ -119,6 +119,12 @@ c.JupyterHub.load_groups = {
 # --- Networking: containers reach the hub over Docker's bridge --------------
 c.JupyterHub.hub_ip = os.environ.get("GPUSPAWNER_HUB_IP") or bridge_gateway(docker.from_env())
 c.JupyterHub.bind_url = os.environ.get("GPUSPAWNER_BIND_URL", "http://127.0.0.1:8000")
+# On one origin the hub and every user's server are one site to the browser: script on a
+# user's page, opened by an admin, can act as that admin (JupyterHub's single-origin limit).
+# A hub with admins should give each server its own subdomain (wildcard DNS and TLS
+# certificate; docs/setup.md, "Admins and users' pages"):
+# c.JupyterHub.subdomain_host = "https://hub.example.org"
+# c.JupyterHub.cookie_host_prefix_enabled = True
 
 # --- Authentication: replace with your site's (OAuthenticator, LDAP, PAM …) --
 c.JupyterHub.authenticator_class = "dummy"

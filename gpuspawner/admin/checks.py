@@ -262,3 +262,51 @@ def is_loopback(host: str) -> bool:
     except ValueError:
         return False
 
+
+ORIGINS_FIX = (
+    'give each server its own origin: c.JupyterHub.subdomain_host = "https://hub.example.org" '
+    "(wildcard DNS and a TLS certificate for *.hub.example.org) and "
+    'c.JupyterHub.cookie_host_prefix_enabled = True; see docs/setup.md, "Admins and users\' pages"'
+)
+
+
+def judge_origins(site: HubConfig) -> Finding:
+    """Without subdomain_host the hub and every user's server share one origin, so script on a
+    user's page can read the hub's XSRF token and act as whoever opens it: JupyterHub's
+    documented single-origin limit. That matters once someone who opens it is an admin."""
+    subject = "Admins and users' pages"
+    subdomain_host = site.hub_setting("subdomain_host")
+    if subdomain_host:
+        return passed(subject, f"each server has its own origin under {subdomain_host}")
+    admins = admins_named(site)
+    if not admins:
+        return passed(subject, "no admin is configured; servers share the hub's origin")
+    return warning(
+        subject,
+        f"{', '.join(admins)} share the hub's origin with every user's server: a page on "
+        "/user/NAME/ that an admin opens can act as that admin (no subdomain_host)",
+        ORIGINS_FIX,
+    )
+
+
+def admins_named(site: HubConfig) -> list[str]:
+    """Who the config makes an admin: admin_users, an authenticator's admin_groups, and
+    load_roles members of the admin role or of any role with an admin scope."""
+    authenticator = site.authenticator_class()
+    found = []
+    for setting, kind in (("admin_users", ""), ("admin_groups", "group ")):
+        members = site.authenticator_setting(setting, authenticator) or ()
+        found += [f"{kind}{name} ({setting})" for name in members]
+    for role in site.config.JupyterHub.get("load_roles") or ():
+        if isinstance(role, Mapping) and _grants_admin(role):
+            for members, kind in (("users", ""), ("groups", "group ")):
+                found += [
+                    f"{kind}{name} (role {role.get('name')!r})" for name in role.get(members) or ()
+                ]
+    return sorted(set(found))
+
+
+def _grants_admin(role: Mapping[str, Any]) -> bool:
+    return role.get("name") == "admin" or any(
+        str(scope).startswith("admin") for scope in role.get("scopes") or ()
+    )

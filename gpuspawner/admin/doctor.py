@@ -37,6 +37,7 @@ from .checks import (
     judge_container_settings,
     judge_gpu_settings,
     judge_logins,
+    judge_origins,
     judge_toolkit,
     not_checked,
     nvml_findings,
@@ -117,6 +118,7 @@ def examine(config_path: Path, simulate: int | None, simulated_load: str) -> lis
         else not_checked("GPU profiles and limits", "no GPUs to check them against"),
         judge_container_settings(site),
         judge_logins(site),
+        judge_origins(site),
         *swarm_findings,
     ]
     if client is None:

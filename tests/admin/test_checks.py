@@ -15,6 +15,7 @@ from gpuspawner.admin.checks import (
     judge_container_settings,
     judge_gpu_settings,
     judge_logins,
+    judge_origins,
     judge_toolkit,
     nvml_findings,
     simulated_gpu_findings,
@@ -312,3 +313,41 @@ def test_the_example_config_is_safe_as_shipped(monkeypatch):
     assert judge_logins(site).status is Status.PASS
     assert judge_container_settings(site).status is Status.PASS
 
+
+SUBDOMAINS = 'c.JupyterHub.subdomain_host = "https://hub.example.org"\n'
+CULLER_ROLE = '{"name": "culler", "scopes": ["admin:servers"], "services": ["culler"]}'
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "words"),
+    [
+        ('c.Authenticator.admin_users = {"admin"}', Status.WARN, "admin (admin_users) share"),
+        (
+            'c.JupyterHub.load_roles = [{"name": "admin", "users": ["ta"]}]',
+            Status.WARN,
+            "ta (role 'admin')",
+        ),
+        (
+            'c.JupyterHub.load_roles = [{"name": "ops", "scopes": ["admin:servers"],'
+            ' "groups": ["staff"]}]',
+            Status.WARN,
+            "group staff (role 'ops')",
+        ),
+        (
+            'c.JupyterHub.authenticator_class = "dummy"\n'
+            'c.DummyAuthenticator.admin_users = {"root"}',
+            Status.WARN,
+            "root (admin_users)",
+        ),
+        (SUBDOMAINS + 'c.Authenticator.admin_users = {"admin"}', Status.PASS, "hub.example.org"),
+        (f"c.JupyterHub.load_roles = [{CULLER_ROLE}]", Status.PASS, "no admin"),  # a service
+        ("", Status.PASS, "no admin"),
+    ],
+)
+def test_admins_on_the_hubs_origin_are_warned_about_users_pages(tmp_path, body, status, words):
+    finding = judge_origins(hubconfig.load(config_file(tmp_path, body)))
+    assert finding.status is status, finding
+    assert words in finding.detail
+    if status is Status.WARN:
+        assert "a page on /user/NAME/ that an admin opens can act as that admin" in finding.detail
+        assert "c.JupyterHub.subdomain_host" in finding.fix

@@ -305,3 +305,19 @@ def test_the_example_demo_login_on_loopback_passes(tmp_path):
         "allow_all = True (everyone who can log in gets GPUs): only reachable from this machine"
     )
 
+
+def test_the_examples_admin_on_the_users_origin_warns_until_subdomain_host(tmp_path):
+    single = doctor_on_the_example(tmp_path, "http://127.0.0.1:8000")
+    assert line(single.stdout, "Admins and users' pages") == (
+        "WARN  Admins and users' pages: admin (admin_users) share the hub's origin with every "
+        "user's server: a page on /user/NAME/ that an admin opens can act as that admin "
+        "(no subdomain_host)"
+    )
+    assert 'fix: give each server its own origin: c.JupyterHub.subdomain_host = "https://' in (
+        single.stdout
+    )
+    extra = 'c.JupyterHub.subdomain_host = "https://hub.example.org"\n'
+    subdomains = doctor_on_the_example(tmp_path, "http://127.0.0.1:8000", extra)
+    assert line(subdomains.stdout, "Admins and users' pages").startswith(
+        "PASS  Admins and users' pages: each server has its own origin under https://hub.example.org"
+    )
