@@ -35,11 +35,15 @@ from .words import COUNTING, DEFAULT_GROUP, amount, count_gpus, from_group, memb
 
 class LimitExceeded(Exception):
     """A request over a limit. `key` and `group` name the limit for the user; `waitable` says
-    whether waiting in line could change it (a group member giving GPUs back)."""
+    whether waiting in line could change it (a group member giving GPUs back). `state` is
+    the message without `then`, what to do about it: where the start would wait in line,
+    the form says that instead."""
 
-    def __init__(self, message: str, key: str, group: str | None, waitable: bool = False) -> None:
-        super().__init__(message)
-        self.key, self.group, self.waitable = key, group, waitable
+    def __init__(
+        self, message: str, key: str, group: str | None, waitable: bool = False, then: str = ""
+    ) -> None:
+        super().__init__(f"{message} {then}" if then else message)
+        self.key, self.group, self.waitable, self.state = key, group, waitable, message
 
 
 @dataclass(frozen=True)
@@ -158,12 +162,11 @@ class UserLimits:
             raise LimitExceeded(
                 f"{members(roomiest)} already hold {amount(held)} of their "
                 f"{count_gpus(quota)} (max_gpus_group{from_group(roomiest)}); "
-                f"this profile asks for {amount(gpus)} more. "
-                "Try again when a group member's server stops, or pick CPU only."
-                + _counted(held, gpus, quota),
+                f"this profile asks for {amount(gpus)} more." + _counted(held, gpus, quota),
                 "max_gpus_group",
                 roomiest,
                 waitable=True,
+                then="Try again when a group member's server stops, or pick CPU only.",
             )
         return roomiest
 

@@ -20,6 +20,7 @@ from ..core.units import Kind, Request, Unit
 from ..core.words import amount, count_gpus, duration, from_group, gib, your_server
 
 TEMPLATE = "gpuspawner_form.html"
+WAIT = "If you start it now, you wait in line"  # then until what, and for how long at most
 NO_ISOLATION = "shares the GPU and its memory with the other servers on it: no memory isolation"
 
 
@@ -119,27 +120,39 @@ def _what(unit: Unit) -> str:
 
 def why_not_now(profile: Profile, limits: UserLimits, user_id: int, pool: Pool) -> str:
     """Why `profile` cannot start now, or "" when it can."""
-    return _blocked(profile, limits, user_id, pool)[0]
+    return _blocked(profile, limits, user_id, pool).reason
 
 
-def _blocked(profile: Profile, limits: UserLimits, user_id: int, pool: Pool) -> tuple[str, bool]:
-    """Why `profile` cannot start now ("" when it can), and whether waiting in line could
-    change that (too few free units of a kind one machine has enough of, or the group's
-    quota full)."""
+@dataclass(frozen=True)
+class Blocked:
+    """Why a profile cannot start now, for a user who may not wait; and, where waiting in
+    line could change that, what a user who may wait reads instead (the reason without the
+    advice to try again later, and what they would wait for)."""
+
+    reason: str = ""
+    if_waiting: str = ""
+
+
+def _blocked(profile: Profile, limits: UserLimits, user_id: int, pool: Pool) -> Blocked:
+    """Why `profile` cannot start now (no reason when it can), and what waiting in line
+    would mean where it could change that (too few free units of a kind one machine has
+    enough of, or the group's quota full)."""
     request = limits.request_for(profile)
     try:
         limits.admit(pool.weight_of(request), user_id, pool.usage())
     except LimitExceeded as exceeded:
-        return str(exceeded), exceeded.waitable
+        waits = f"{exceeded.state} {WAIT} until a group member's server stops"
+        return Blocked(str(exceeded), waits if exceeded.waitable else "")
     short = pool.refusal(request)
     if short is None:
-        return "", False
+        return Blocked()
+    reason = short.why
+    if not reason:
+        reason = f"Needs {request.what}; {short.free} of {short.total} free right now."
+        if request.plain:
+            reason = f"Needs {request.gpus} free GPU(s); {short.free} free right now."
     waitable = request.count <= pool.on_one_machine(request)
-    if short.why:
-        return short.why, waitable
-    if request.plain:
-        return f"Needs {request.gpus} free GPU(s); {short.free} free right now.", waitable
-    return f"Needs {request.what}; {short.free} of {short.total} free right now.", waitable
+    return Blocked(reason, f"{reason} {WAIT}" if waitable else "")
 
 
 def profile_rows(
@@ -157,19 +170,19 @@ def profile_rows(
     used-up GPU-hour budget), if so; waiting cannot change that."""
     visible = [p for p in profiles if limits.may_pick(p.slug)]
     blocked = {
-        p.slug: (over_budget, False)
+        p.slug: Blocked(over_budget)
         if over_budget and p.request.kind is not None
         else _blocked(p, limits, user_id, pool)
         for p in visible
     }
     max_wait = limits.max_wait
     notes = {
-        slug: f"{reason} If you start it now, you wait in line, "
-        f"at most {duration(max_wait.value)} (max_wait{from_group(max_wait.group)})."
-        for slug, (reason, waitable) in blocked.items()
-        if reason and waitable and max_wait.value
+        slug: f"{why.if_waiting}, at most {duration(max_wait.value)} "
+        f"(max_wait{from_group(max_wait.group)})."
+        for slug, why in blocked.items()
+        if why.if_waiting and max_wait.value
     }
-    reasons = {slug: "" if slug in notes else reason for slug, (reason, _) in blocked.items()}
+    reasons = {slug: "" if slug in notes else why.reason for slug, why in blocked.items()}
     startable = [p.slug for p in visible if not reasons[p.slug]]
     preferred = [previous, default_profile(profiles).slug, *startable]
     checked = next((s for s in preferred if s in startable), None)

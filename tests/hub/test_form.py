@@ -230,3 +230,23 @@ def test_a_profile_bigger_than_the_groups_whole_quota_is_not_offered_as_a_wait()
     assert rows["gpu-1"].reason == "" and rows["gpu-1"].note == ""
     assert rows["gpu-2"].reason.startswith("This profile asks for 2 GPUs, but members of group")
     assert rows["gpu-2"].note == ""
+
+
+def test_a_full_quota_says_one_thing_wait_in_line_or_try_again():
+    """A student at their group's quota reads what would happen: the wait where they may
+    wait, the refusal (and when to try again) where they may not; never both."""
+    pool = Pool([g.uuid for g in GPUS])
+    pool.allocate(Holder(9, BOB, "bob"), 1, admit=lambda usage, weight: "course")
+    quota = "Members of group course already hold 1 of their 1 GPU (max_gpus_group of group "
+    quota += "course); this profile asks for 1 more."
+    waiting, _ = rows_for(ANN, {"course"}, pool, {"course": {"max_gpus_group": 1, "max_wait": 600}})
+    assert waiting["gpu-1"].reason == ""
+    assert waiting["gpu-1"].note == (
+        f"{quota} If you start it now, you wait in line until a group member's server stops, "
+        "at most 10 min (max_wait of group course)."
+    )
+    refused, _ = rows_for(ANN, {"course"}, pool, {"course": {"max_gpus_group": 1}})
+    assert refused["gpu-1"].note == ""
+    assert refused["gpu-1"].reason == (
+        f"{quota} Try again when a group member's server stops, or pick CPU only."
+    )
