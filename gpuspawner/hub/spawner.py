@@ -215,13 +215,23 @@ class GPUSpawner(GPUSettings, DockerSpawner):
         )
 
     def _preselected(self) -> str | None:
-        """The profile a link asked for, else the one this server had last time."""
+        """The profile a link asked for, else the one this server had last time, else the one
+        the user's latest start had: a new named server has no options of its own (JupyterHub
+        6 creates its record as its form opens), and people start one after another on the
+        profile they use."""
         request = getattr(self.handler, "request", None)
         query = request.query_arguments if request is not None else {}
         asked = query.get("opt-profile") or query.get("profile")  # JupyterHub's new style, or old
         if asked:
             return asked[0].decode("utf-8", "replace")
-        return (self.orm_spawner.user_options or {}).get("profile")
+        chosen = [s for s in self.user.orm_user.orm_spawners.values() if s.user_options]
+        latest = max(
+            chosen,
+            key=lambda s: s.last_activity.timestamp() if s.last_activity else 0.0,
+            default=None,
+        )
+        own = self.orm_spawner if self.orm_spawner.user_options else latest
+        return (own.user_options or {}).get("profile") if own is not None else None
 
     # --- start ------------------------------------------------------------------
     def _chosen_profile(self) -> Profile:
