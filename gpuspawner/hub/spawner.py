@@ -44,7 +44,7 @@ from ..engine.docker import DockerEngine, isolate
 from . import budgets, form, notices, startup
 from .broker import Broker, BrokerNotRunning
 from .metrics import ALLOCATION_SECONDS, ENGINE_ERRORS, SPAWNS_REFUSED
-from .waiting import WaitEnded
+from .waiting import WaitEnded, progress_in_line
 
 T = TypeVar("T")
 
@@ -430,8 +430,12 @@ class GPUSpawner(GPUSettings, DockerSpawner):
         return None
 
     async def progress(self) -> Any:
-        async for status in self.broker.line.watch(self.orm_spawner.id, self._reserved):
-            yield {"progress": 10, "message": status}
+        line, key = self.broker.line, self.orm_spawner.id
+        first = None
+        async for status in line.watch(key, self._reserved):
+            place = line.place_of(key) or 1
+            first = first or place
+            yield {"progress": progress_in_line(first, place), "message": status}
         await self._reserved.wait()
         grant = self.broker.grant_of(self.orm_spawner.id)
         if grant is None:

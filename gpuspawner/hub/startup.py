@@ -36,7 +36,7 @@ from ..devices.simulated import SimulatedSource
 from ..devices.swarm import SwarmSource
 from ..engine import processes
 from ..records.ledger import Ledger
-from . import access, lease_api, metrics, notices, pages
+from . import access, lease_api, metrics, notices, pages, slow_starts
 from .broker import Broker, BrokerNotRunning, KnownServers
 from .monitor import Monitor, Owners
 from .reclaimer import Reclaimer
@@ -164,6 +164,8 @@ async def start_broker(app: Any, spawner_class: Any = None) -> Broker:
     broker.line.limits_of = functools.partial(_limits_of, app, broker)
     broker.line.observe = metrics.observe_wait
     _close_line_at_shutdown(app, broker)
+    not_slow = slow_starts.install(app.log, broker.line)
+    broker.stoppables.append(lambda: app.log.removeFilter(not_slow))
     metrics.register_once()
     pages.install(app)
     lease_api.install(app)

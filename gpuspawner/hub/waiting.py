@@ -386,6 +386,23 @@ class Line:
             finally:
                 reserved.cancel()
 
+    def place_of(self, key: int) -> int | None:
+        """A waiting start's place (1: next), as its pending page says; None when not waiting."""
+        entry = self._entries.get(key)
+        return self._place(entry) if entry is not None else None
+
+    def place_by_name(self, user: str, server: str) -> int | None:
+        """The same, for a start known by its user's and server's names (JupyterHub's logs)."""
+        key = next(
+            (
+                k
+                for k, e in self._entries.items()
+                if (e.holder.user, e.holder.server) == (user, server)
+            ),
+            None,
+        )
+        return self.place_of(key) if key is not None else None
+
     def waiting_by_profile(self) -> Counter[str]:
         return Counter(entry.slug for entry in self._entries.values())
 
@@ -455,3 +472,9 @@ class Line:
         return [
             k for k in ahead if k != key and self._compete(self._entries[k].waiting, entry.waiting)
         ]
+
+
+def progress_in_line(first: int, now: int) -> int:
+    """A waiting start's pending-page bar, in percent: 10 on arrival at place `first`, then
+    on towards 30 (its GPUs reserved) as it moves up, so the bar shows the line moving."""
+    return 10 + (20 * (first - now + 1)) // (first + 1)

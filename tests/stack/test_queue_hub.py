@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
+import re
 import sqlite3
+import threading
 import time
 
 import pytest
@@ -117,6 +119,21 @@ def progress_end(hub: Hub, user: str, server: str = "") -> dict:
     raise AssertionError("the progress stream ended without a last event")
 
 
+def progress_until(hub: Hub, user: str, containing: str, shown: threading.Event) -> list[dict]:
+    """A waiting start's progress events, as its open pending page gets them, up to the first
+    whose message says `containing`; `shown` is set at the first."""
+    events = []
+    with hub.api("GET", f"/users/{user}/servers//progress", stream=True) as stream:
+        for raw in stream.iter_lines():
+            if raw.startswith(b"data:"):
+                events.append(json.loads(raw[5:]))
+                if "in line" in events[-1].get("message", ""):
+                    shown.set()
+                if containing in events[-1].get("message", ""):
+                    return events
+    raise AssertionError(f"{user}'s progress ended before saying {containing!r}: {events}")
+
+
 def test_waiters_line_up_by_priority_then_recent_use_then_arrival(hub: Hub, browser):
     used_recently(hub, "rhea", 100.0)
     used_recently(hub, "lena", 1.0)
@@ -152,10 +169,23 @@ def test_stopping_one_server_starts_exactly_the_first_in_line(hub: Hub):
         lambda: line(hub)[0]["waited_seconds"] > START_TIMEOUT + 2, timeout=60, what="a long wait"
     )
     [freed] = hub.held_by("h1")
-    hub.stop_server("h1")
-    hub.wait_ready("vera")
+    with concurrent.futures.ThreadPoolExecutor(1) as page:  # rhea's pending page, open
+        shown = threading.Event()
+        moved = page.submit(progress_until, hub, "rhea", "2nd in line", shown)
+        assert shown.wait(30), "rhea's page shows nothing"
+        hub.stop_server("h1")
+        hub.wait_ready("vera")
+        events = moved.result(timeout=30)
     assert hub.held_by("vera") == [freed]
     assert in_line(hub) == ["lena", "rhea"]
+    # the bar moves with the line: 3rd, then 2nd (of the 3rd place the page opened on)
+    in_line_events = [e for e in events if "in line" in e.get("message", "")]
+    bar = [e["progress"] for e in in_line_events]  # (JupyterHub's own first event: 0)
+    assert bar[0] == 15 and bar[-1] == 20 and bar == sorted(bar), bar
+    assert "3rd in line" in in_line_events[0]["message"]
+    # JupyterHub's "slow to start" after slow_spawn_timeout: not for a start in line
+    assert re.search(r"User rhea is waiting in line for GPUs \(place \d\), not slow", hub.log())
+    assert "User rhea is slow to start" not in hub.log()
     assert hub.server_model("lena")["pending"] == hub.server_model("rhea")["pending"] == "spawn"
     assert not hub.held_by("lena") and not hub.held_by("rhea")
     assert "failed to start in" not in hub.log()
