@@ -10,8 +10,10 @@ again, nothing is left of it.
 
 import pytest
 from books import assert_books_hold
+from browser import log_in
 from dockerfaults import DockerFaults
-from realhub import Hub
+from realhub import PASSWORD, Hub
+from selenium.webdriver.common.by import By
 
 CONFIG = """
 c.GPUSpawner.simulate_gpus = 4
@@ -80,7 +82,7 @@ def assert_nothing_lost(hub: Hub, servers: dict) -> None:
 
 
 @pytest.mark.parametrize("fault", ["500", "timeout"])
-def test_docker_not_answering_ends_no_server(hub, faults, servers, fault):
+def test_docker_not_answering_ends_no_server(hub, faults, servers, fault, browser):
     polls, lists = poll_errors(hub), list_errors(hub)
     if fault == "500":
         rules = [faults.fail("GET", path, 500, "server error") for path in (INSPECT, LIST, EVENTS)]
@@ -94,6 +96,11 @@ def test_docker_not_answering_ends_no_server(hub, faults, servers, fault):
     report = hub.pool()["docker"]
     assert report["answering"] is False
     assert report["since"] and report["error"]
+    log_in(browser, hub.url, "admin", PASSWORD)
+    browser.get(f"{hub.url}/hub/gpus")
+    banner = browser.find_element(By.CSS_SELECTOR, "[data-testid=docker-silent]").text
+    assert banner.startswith("Docker not answering since ")
+    assert "Every server runs on as last seen" in banner
     warning = hub.wait_for(lambda: lease_warning(hub, "bob"), what="bob told")
     assert "no answer from Docker about this server" in warning["says"]
     assert "It runs on" in warning["says"]
@@ -101,6 +108,8 @@ def test_docker_not_answering_ends_no_server(hub, faults, servers, fault):
     faults.clear(*rules)
     hub.wait_for(lambda: hub.pool()["docker"]["answering"], timeout=30, what="Docker heard")
     hub.wait_for(lambda: lease_warning(hub, "bob") is None, what="bob's warning gone")
+    browser.get(f"{hub.url}/hub/gpus")
+    assert not browser.find_elements(By.CSS_SELECTOR, "[data-testid=docker-silent]")
     assert_nothing_lost(hub, servers)
 
 
