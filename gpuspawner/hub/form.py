@@ -163,11 +163,13 @@ def profile_rows(
     previous: str | None,
     waiting: Mapping[str, int] | None = None,
     over_budget: str = "",
+    may_wait: bool = True,
 ) -> list[ProfileRow]:
     """The profiles this user may pick, each startable or with its reason; how many wait for
-    each. Where the user may wait in line (max_wait), a full pool or quota greys nothing out:
-    the row says they would wait instead. `over_budget`: why no GPU profile may start now (a
-    used-up GPU-hour budget), if so; waiting cannot change that."""
+    each. Where the user may wait in line (max_wait, and a place left for them in it), a full
+    pool or quota greys nothing out: the row says they would wait instead. `over_budget`: why
+    no GPU profile may start now (a used-up GPU-hour budget), if so; waiting cannot change
+    that."""
     visible = [p for p in profiles if limits.may_pick(p.slug)]
     blocked = {
         p.slug: Blocked(over_budget)
@@ -180,7 +182,7 @@ def profile_rows(
         slug: f"{why.if_waiting}, at most {duration(max_wait.value)} "
         f"(max_wait{from_group(max_wait.group)})."
         for slug, why in blocked.items()
-        if why.if_waiting and max_wait.value
+        if why.if_waiting and max_wait.value and may_wait
     }
     reasons = {slug: "" if slug in notes else why.reason for slug, why in blocked.items()}
     startable = [p.slug for p in visible if not reasons[p.slug]]

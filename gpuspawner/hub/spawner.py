@@ -200,6 +200,7 @@ class GPUSpawner(GPUSettings, DockerSpawner):
                 self._preselected(),
                 self.broker.line.waiting_by_profile(),
                 over_budget=str(budget.refusal(self.broker.clock()) or ""),
+                may_wait=self.broker.line.may_wait(self.user.id, limits),
             ),
             holdings=form.holdings(limits, self.user.id, pool),
             budget=budget.words(),

@@ -147,7 +147,7 @@ class Line:
         group, priority = limits.priority.group or DEFAULT_GROUP, limits.priority.value or 0
         weight = float(self.pool.weight_of(request))
         theirs = [e.holder for e in self._entries.values() if e.holder.user_id == holder.user_id]
-        places = self._places(holder, limits)
+        places = self._places(holder.user_id, limits)
         patient = bool(limits.max_wait.value) and len(theirs) < places
         waiting = Waiting(
             holder.spawner_id, holder.user_id, group, priority, weight, arrived, patient
@@ -193,11 +193,16 @@ class Line:
                     self._moved()
             self.observe(outcome, self.clock() - entry.waiting.arrived)
 
-    def _places(self, holder: Holder, limits: UserLimits) -> int:
+    def _places(self, user_id: int, limits: UserLimits) -> int:
         """How many starts this user may have waiting: each holds one of JupyterHub's
         concurrent_spawn_limit slots, so one user must not be able to fill them."""
-        held = self.pool.usage().by_user[holder.user_id]
+        held = self.pool.usage().by_user[user_id]
         return limits.places_in_line(held, sum((u.weight for u in self.pool.units), Fraction(0)))
+
+    def may_wait(self, user_id: int, limits: UserLimits) -> bool:
+        """Whether one more of this user's starts could wait in line (for the spawn form)."""
+        theirs = sum(e.holder.user_id == user_id for e in self._entries.values())
+        return bool(limits.max_wait.value) and theirs < self._places(user_id, limits)
 
     def remove(self, key: int) -> bool:
         """An admin takes a start out of the line; it ends with a message, holding nothing."""

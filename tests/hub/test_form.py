@@ -214,6 +214,10 @@ def test_where_the_user_may_wait_a_full_pool_greys_nothing_out_and_says_so():
     # without max_wait, as before: greyed out with the reason
     plain = rows_for(ANN, set(), pool, {})[0]
     assert plain["gpu-2"].reason and not plain["gpu-2"].note
+    # with every place in line she may have taken: greyed out too, not offered as a wait
+    full = {r.slug: r for r in form.profile_rows(PROFILES, limits, ANN, pool, None, may_wait=False)}
+    assert full["gpu-2"].reason.startswith("Needs 2 free GPU(s); 1 free right now.")
+    assert not full["gpu-2"].note
 
 
 def test_a_profile_the_machine_can_never_serve_is_not_offered_as_a_wait():

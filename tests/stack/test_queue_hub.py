@@ -248,6 +248,10 @@ def test_one_user_cannot_take_many_places_in_line(hub: Hub):
     assert in_line(hub) == ["nina"] and not hub.held_by("nina")
     assert [c.name for c in hub.containers(all=True) if "more" in c.name] == []
     assert hub.server_model("nina")["pending"] == "spawn"
+    # her form no longer offers a wait she could not have: the full pool greys the GPU out
+    form = hub.login("nina").get(f"{hub.url}/hub/spawn/nina/more1").text
+    assert "If you start it now, you wait in line" not in form
+    assert "Try again when" in form
     [freed] = hub.held_by("h3")
     hub.stop_server("h3")
     hub.wait_ready("nina")  # the one place she had still started, on the GPU that freed
