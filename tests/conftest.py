@@ -7,6 +7,7 @@ from typing import Any
 import docker
 import pytest
 from browser import chromium
+from dockerfaults import DockerFaults
 from realhub import SESSION_PREFIXES, SESSION_PROXY_PORTS, SESSION_WORKDIRS, Hub, processes_in
 
 
@@ -40,6 +41,14 @@ def hub_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[.
         hub.stop()
         hub.remove_containers()
         hub.remove_volumes()
+
+
+@pytest.fixture(scope="module")
+def faults() -> Iterator[DockerFaults]:
+    """The fault-injecting proxy in front of dockerd, for a module's hub (`DOCKER_HOST`):
+    ask for it before the hub, so that it outlives the hub."""
+    with DockerFaults() as faults:
+        yield faults
 
 
 @pytest.fixture(scope="module")

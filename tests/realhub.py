@@ -32,6 +32,13 @@ NOTEBOOK_IMAGE = os.environ.get("GPUSPAWNER_NOTEBOOK_IMAGE", "gpuspawner-noteboo
 CPU_IMAGE = os.environ.get("GPUSPAWNER_CPU_IMAGE", "gpuspawner-notebook-cpu:latest")
 BASE_IMAGE = "gpuspawner-base:bookworm"  # plain Debian, for containers started by hand
 PASSWORD = "test-password"
+# A server that only holds its GPUs: a tiny HTTP server instead of JupyterLab, for tests of
+# the books and the line, where a dozen JupyterLabs would crowd two cores.
+LIGHT_SERVER = {
+    "cmd": ["python3", "-m", "http.server", "8888"],
+    "mem_limit": "64M",
+    "extra_host_config": {"init": True},  # stops at once on SIGTERM
+}
 
 # What this test session made, so its leftovers can be told from another run's (conftest.py).
 SESSION_PREFIXES: set[str] = set()

@@ -16,7 +16,7 @@ import contextlib
 
 import pytest
 from books import assert_books_hold, containers_of, wait_free_only_once_gone
-from dockerfaults import DockerFaults, Rule
+from dockerfaults import Rule
 from realhub import Hub
 
 CONFIG = """
@@ -37,12 +37,6 @@ c.GPUSpawner.group_overrides = {
 # reserved the container gets 3 s, as anyone's
 c.GPUSpawner.group_limits = {"impatient": {"max_wait": 600}}
 """
-
-
-@pytest.fixture(scope="module")
-def faults():
-    with DockerFaults() as faults:
-        yield faults
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,6 @@ again, nothing is left of it.
 import pytest
 from books import assert_books_hold
 from browser import log_in
-from dockerfaults import DockerFaults
 from realhub import PASSWORD, Hub
 from selenium.webdriver.common.by import By
 
@@ -30,12 +29,6 @@ c.GPUSpawner.profiles = [
 # What the hub asks Docker while servers run: is it running (inspect), which containers
 # run (list, then an inspect of each), and what happened meanwhile (events).
 INSPECT, LIST, EVENTS = r"/containers/[^/]+/json", r"/containers/json", r"/events"
-
-
-@pytest.fixture(scope="module")
-def faults():
-    with DockerFaults() as faults:
-        yield faults
 
 
 @pytest.fixture(scope="module")

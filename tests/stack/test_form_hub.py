@@ -10,23 +10,18 @@ from __future__ import annotations
 
 import pytest
 from browser import log_in
-from realhub import PASSWORD, Hub
+from realhub import LIGHT_SERVER, PASSWORD, Hub
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions
 from selenium.webdriver.support.ui import WebDriverWait
 
-LIGHT = {
-    "cmd": ["python3", "-m", "http.server", "8888"],
-    "mem_limit": "64M",
-    "extra_host_config": {"init": True},  # stops at once on SIGTERM
-}
 CONFIG = f"""
 c.GPUSpawner.simulate_gpus = 3
 c.GPUSpawner.profiles = [
-    {{"display_name": "CPU only", "slug": "cpu", "gpus": 0, "spawner_override": {LIGHT!r}}},
+    {{"display_name": "CPU only", "slug": "cpu", "gpus": 0, "spawner_override": {LIGHT_SERVER!r}}},
     {{"display_name": "1 GPU", "slug": "gpu-1", "gpus": 1, "default": True,
-      "spawner_override": {LIGHT!r}}},
-    {{"display_name": "2 GPUs", "slug": "gpu-2", "gpus": 2, "spawner_override": {LIGHT!r}}},
+      "spawner_override": {LIGHT_SERVER!r}}},
+    {{"display_name": "2 GPUs", "slug": "gpu-2", "gpus": 2, "spawner_override": {LIGHT_SERVER!r}}},
 ]
 c.GPUSpawner.group_limits = {{
     "course": {{"max_gpus_group": 1, "max_wait": 600}},

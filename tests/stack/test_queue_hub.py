@@ -17,7 +17,7 @@ import time
 
 import pytest
 from browser import log_in
-from realhub import PASSWORD, Hub
+from realhub import LIGHT_SERVER, PASSWORD, Hub
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions
 from selenium.webdriver.support.ui import WebDriverWait
@@ -27,18 +27,13 @@ from gpuspawner.core.units import bare
 from gpuspawner.records.ledger import Ledger
 
 START_TIMEOUT = 10
-LIGHT = {
-    "cmd": ["python3", "-m", "http.server", "8888"],
-    "mem_limit": "64M",
-    "extra_host_config": {"init": True},  # stops at once on SIGTERM
-}
 CONFIG = f"""
 c.GPUSpawner.simulate_gpus = 4
 c.GPUSpawner.monitor_interval = 3600  # the line moves on events alone, never on the monitor's tick
 c.GPUSpawner.profiles = [
-    {{"display_name": "CPU only", "slug": "cpu", "gpus": 0, "spawner_override": {LIGHT!r}}},
+    {{"display_name": "CPU only", "slug": "cpu", "gpus": 0, "spawner_override": {LIGHT_SERVER!r}}},
     {{"display_name": "1 GPU", "slug": "gpu-1", "gpus": 1, "default": True,
-      "spawner_override": {LIGHT!r}}},
+      "spawner_override": {LIGHT_SERVER!r}}},
 ]
 c.GPUSpawner.group_limits = {{
     "marathon": {{"max_age": 4 * 3600}},
