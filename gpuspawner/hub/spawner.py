@@ -17,10 +17,9 @@ import asyncio
 import math
 import sys
 import time
-from collections.abc import Callable
 from concurrent.futures import Future
 from types import SimpleNamespace
-from typing import Any, TypeVar
+from typing import Any
 
 import docker
 from dockerspawner import DockerSpawner
@@ -42,11 +41,10 @@ from ..engine import storage
 from ..engine.base import Engine
 from ..engine.docker import DockerEngine, isolate
 from . import budgets, form, notices, startup
-from .broker import Broker, BrokerNotRunning
-from .metrics import ALLOCATION_SECONDS, ENGINE_ERRORS, SPAWNS_REFUSED
+from .broker import Broker
+from .liveness import DockersWord
+from .metrics import ALLOCATION_SECONDS, SPAWNS_REFUSED
 from .waiting import WaitEnded, progress_in_line
-
-T = TypeVar("T")
 
 LINKS_CANNOT_START = (
     "A link cannot start a server: check the choice below and press Start. "
@@ -61,7 +59,7 @@ class QueryCannotSpawn(Exception):
     """GET /hub/spawn?… tried to start a server: only a form POST or the API may."""
 
 
-class GPUSpawner(GPUSettings, DockerSpawner):
+class GPUSpawner(GPUSettings, DockersWord, DockerSpawner):
     stop_notice: str | None = None  # why a policy stopped this server, for its next spawn page
     restart_on_cpu = False  # the server a policy stopped held GPUs: offer a CPU-only start
     idle_limit: Limited | None = None  # the group's idle timeout, for jupyterhub-idle-culler
@@ -446,70 +444,6 @@ class GPUSpawner(GPUSettings, DockerSpawner):
             "progress": 30,
             "message": f"Reserved {units_in_words(grant.units)}: {', '.join(grant.ids)}",
         }
-
-    # --- is it still running: only Docker's word ends a server -------------------------
-    async def poll(self) -> int | str | None:
-        """None while the server runs, or why it ended, on Docker's word alone.
-
-        JupyterHub ends a server whose poll says so (and at hub start, one whose poll
-        raised), and DockerSpawner then removes its container: an error from Docker is
-        not its word, so the server runs on while Docker does not answer.
-        """
-        try:
-            ended = await self.engine_poll()
-        except Exception as error:
-            self._note_docker_silent(error)
-            return None
-        self._books_call(lambda broker: broker.answered(self.orm_spawner.id))
-        return ended
-
-    async def engine_poll(self) -> int | str | None:
-        """The engine's poll (DockerSpawner's, SwarmSpawner's), raising on any error."""
-        ended: int | str | None = await super().poll()
-        return ended
-
-    async def get_object(self) -> dict[str, Any] | None:
-        """The container, or None only when Docker says there is none (404).
-
-        DockerSpawner also takes a 500 for "on an unhealthy node" and forgets the
-        container: a poll then ends a server that runs on. Here every other error raises.
-        """
-        try:
-            found: dict[str, Any] = await self.docker(
-                f"inspect_{self.object_type}", self.object_name
-            )
-        except docker.errors.NotFound:
-            self.log.info("%s %s is gone", self.object_type.title(), self.object_name)
-            self.object_id = ""
-            return None
-        self.object_id = found[self.object_id_key]
-        return found
-
-    def _note_docker_silent(self, error: Exception) -> None:
-        ENGINE_ERRORS.labels("poll").inc()
-        question = f"is {self._log_name} running?"
-        lasted = self._books_call(
-            lambda broker: broker.unanswered(self.orm_spawner.id, question, error).lasted(
-                broker.clock()
-            )
-        )
-        self.log.warning(
-            "gpuspawner: Docker gave an error, not an answer, about %s for %s (%s): "
-            "it runs on as far as the hub knows, and the hub asks again",
-            self._log_name,
-            duration(lasted or 0.0),
-            error,
-        )
-
-    def _books_call(self, call: Callable[[Broker], T]) -> T | None:
-        """`call(broker)`, or None in a process without one, or for a server without a
-        record (nothing was reserved there)."""
-        if self.orm_spawner is None:
-            return None
-        try:
-            return call(Broker.current())
-        except BrokerNotRunning:
-            return None
 
     # --- end ----------------------------------------------------------------------
     def clear_state(self) -> None:
