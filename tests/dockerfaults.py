@@ -38,6 +38,7 @@ class Rule:
     status: int = 0  # answer with this status, or 0 to forward
     message: str = ""
     hold: bool = False  # hold the request, unseen by dockerd, until released
+    after: int = 0  # let this many matching requests through first
     arrived: threading.Event = field(default_factory=threading.Event)
     released: threading.Event = field(default_factory=threading.Event)
     hits: int = 0
@@ -90,9 +91,10 @@ class DockerFaults:
         """Answer matching requests with `status` and Docker's {"message": …}, until cleared."""
         return self._add(Rule(method, path, status, message or f"injected fault {status}"))
 
-    def hold(self, method: str, path: str) -> Rule:
-        """Hold matching requests, unseen by dockerd, until `rule.release()` or `clear`."""
-        return self._add(Rule(method, path, hold=True))
+    def hold(self, method: str, path: str, after: int = 0) -> Rule:
+        """Hold matching requests, unseen by dockerd, until `rule.release()` or `clear`;
+        the first `after` of them go through."""
+        return self._add(Rule(method, path, hold=True, after=after))
 
     def clear(self, *rules: Rule) -> None:
         """Lift rules (all of them if none named); held requests go on."""
@@ -112,7 +114,8 @@ class DockerFaults:
             for rule in self.rules:
                 if rule.matches(request.method, request.path):
                     rule.hits += 1
-                    return rule
+                    if rule.hits > rule.after:
+                        return rule
         return None
 
     def close(self) -> None:

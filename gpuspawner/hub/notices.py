@@ -42,7 +42,7 @@ class StopNotice:
 def stopped_by_admin(reason: str) -> str:
     """Why the server stopped, when an admin stopped it from the GPUs page: that an admin did,
     not a policy, and the admin's words where they gave any (on one line)."""
-    words = " ".join(reason.split())
+    words = " ".join(reason.split()).rstrip(".")  # the notice's own sentence ends it
     return f"an admin stopped it, saying “{words}”" if words else "an admin stopped it"
 
 

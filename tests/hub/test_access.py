@@ -39,6 +39,10 @@ def test_an_admins_own_definition_stands_and_registering_twice_grants_once():
 def test_an_admins_stop_says_so_and_quotes_the_reason_on_one_line():
     assert notices.stopped_by_admin("") == "an admin stopped it"
     assert notices.stopped_by_admin("  \n ") == "an admin stopped it"
+    assert (
+        notices.stopped_by_admin("Save your work.")
+        == "an admin stopped it, saying “Save your work”"
+    )
     assert notices.stopped_by_admin("exam at 14:00,\n  GPUs booked") == (
         "an admin stopped it, saying “exam at 14:00, GPUs booked”"
     )

@@ -129,10 +129,11 @@ def test_an_inspect_error_is_not_docker_word_that_the_server_ended(hub, faults):
     hub.stop_server("bob")
 
 
-STEPS = {
-    "the image check": ("GET", r"/images/.+/json"),
-    "docker create": ("POST", r"/containers/create"),
-    "docker start": ("POST", r"/containers/[0-9a-f]+/start"),
+STEPS = {  # method, path, and how many such requests go through first
+    # the start checks its image before the GPUs, then DockerSpawner's start checks again
+    "the image check": ("GET", r"/images/.+/json", 1),
+    "docker create": ("POST", r"/containers/create", 0),
+    "docker start": ("POST", r"/containers/[0-9a-f]+/start", 0),
 }
 
 

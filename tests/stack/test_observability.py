@@ -97,7 +97,7 @@ def test_an_admin_sees_the_holders_and_stops_one_from_the_page(hub: Hub, browser
     dialog = WebDriverWait(browser, 20).until(
         expected_conditions.visibility_of_element_located((By.ID, "stop-dialog"))
     )
-    assert "Stop bob / train?" in dialog.text
+    assert "Stop bob's server train?" in dialog.text
     assert hub.server_model("bob", "train")["ready"]  # nothing stops before the confirmation
     browser.find_element(By.ID, "stop-reason").send_keys("the GPUs are booked for the exam")
     browser.find_element(By.ID, "stop-confirm").click()

@@ -246,7 +246,7 @@ def test_one_user_cannot_take_many_places_in_line(hub: Hub):
     # her form no longer offers a wait she could not have: the full pool greys the GPU out
     form = hub.login("nina").get(f"{hub.url}/hub/spawn/nina/more1").text
     assert "If you start it now, you wait in line" not in form
-    assert "Try again when" in form
+    assert "Needs 1 free GPU(s); 0 free right now." in form
     [freed] = hub.held_by("h3")
     hub.stop_server("h3")
     hub.wait_ready("nina")  # the one place she had still started, on the GPU that freed
