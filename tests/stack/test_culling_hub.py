@@ -142,6 +142,9 @@ def test_the_hub_stops_its_culler_with_sigint_even_when_started_with_sigint_igno
         ],
         what="the culler running",
     )
+    # once it has asked the hub for the users (its first cull): a SIGINT during the
+    # interpreter's own start, before the culler's main runs, still meets SIGINT ignored
+    hub.wait_for(lambda: "/hub/api/users?state=[secret] (idle-culler@" in hub.log(), what="a cull")
     hub.stop()
     log = hub.log()
     assert f"Interrupting {culler}" in log
