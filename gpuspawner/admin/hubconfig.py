@@ -141,7 +141,9 @@ def gpu_source(site: HubConfig | None, simulate: int | None, load_file: str = ""
     count = site.spawner.simulate_gpus if site else simulate or 0
     load_file = load_file or (site.spawner.simulated_load_file if site else "")
     host = site.spawner.simulated_host if site else None
-    return configured_source(count, load_file, host)
+    if site is None:
+        return configured_source(count, load_file, host)
+    return configured_source(count, load_file, host, site.spawner.simulated_machine)
 
 
 def _spawner_class(config: Config, path: Path) -> type[Any]:

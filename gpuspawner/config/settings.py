@@ -24,6 +24,7 @@ from traitlets import (
 
 from ..core.placement import PLACEMENT_POLICIES
 from ..core.queue import DEFAULT_RESERVE_AFTER
+from ..devices.simulated import MACHINE
 
 # The number settings: each one's unit, and whether 0 is allowed (none may be infinite).
 FINITE_NUMBERS = {
@@ -98,6 +99,16 @@ class GPUSettings(HasTraits):
         (its name or id) using P % of the GPU, which is how a simulated shared GPU
         says which of its servers is busy. Read on every monitor tick. Example:
         `{"0": {"utilization_percent": 95}}`.
+        """,
+    )
+    simulated_machine = Unicode(
+        MACHINE,
+        config=True,
+        help="""With simulate_gpus or simulated_host: the simulated machine's name, from which
+        its GPUs' UUIDs are made. Hubs with the same name simulate the same GPUs, so two
+        hubs on one Docker engine see each other's servers as GPU use outside JupyterHub,
+        as on one real machine; give each its own name to simulate two machines (the test
+        suite's parallel workers do). Example: `c.GPUSpawner.simulated_machine = "demo-2"`.
         """,
     )
     monitor_interval = Float(

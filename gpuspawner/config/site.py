@@ -21,7 +21,7 @@ from ..core.pool import Pool
 from ..core.profiles import Profile, parse_profiles
 from ..core.units import Unit, units_of
 from ..devices.nvml import NvmlSource
-from ..devices.simulated import SimulatedSource
+from ..devices.simulated import MACHINE, SimulatedSource
 from ..devices.source import GPUSource, Inventory, discover
 from ..engine.escapes import settings_escapes
 
@@ -32,6 +32,7 @@ class GPUConfig(Protocol):
     simulate_gpus: int
     simulated_host: list[Any] | str
     simulated_load_file: str
+    simulated_machine: str
     exclude_gpus: list[Any]
     shared_gpus: dict[Any, Any]
     placement: str
@@ -55,7 +56,10 @@ class GPUSite:
         """Check the whole GPU config against this machine; GPUConfigError says what is wrong."""
         if source is None:
             source = gpu_source(
-                config.simulate_gpus, config.simulated_load_file, config.simulated_host
+                config.simulate_gpus,
+                config.simulated_load_file,
+                config.simulated_host,
+                config.simulated_machine,
             )
         inventory = discover(source, config.exclude_gpus, config.shared_gpus)
         profiles = parse_profiles(config.profiles, inventory.units)
@@ -101,7 +105,10 @@ class GPUSite:
 
 
 def gpu_source(
-    simulate_gpus: int, simulated_load_file: str = "", simulated_host: list[Any] | str | None = None
+    simulate_gpus: int,
+    simulated_load_file: str = "",
+    simulated_host: list[Any] | str | None = None,
+    simulated_machine: str = MACHINE,
 ) -> GPUSource:
     """Simulated GPUs where the config asks for them, else the driver's, through NVML."""
     if simulate_gpus and simulated_host:
@@ -111,7 +118,10 @@ def gpu_source(
         )
     if simulate_gpus or simulated_host:
         return SimulatedSource(
-            simulate_gpus, load_file=simulated_load_file, host=simulated_host or ()
+            simulate_gpus,
+            seed=simulated_machine,
+            load_file=simulated_load_file,
+            host=simulated_host or (),
         )
     return NvmlSource()
 

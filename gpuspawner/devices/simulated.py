@@ -24,6 +24,7 @@ from ..core.units import MIG_PROFILE, parse_memory
 
 HOST_KEYS = ("model", "memory", "count", "mig", "mig_slices")
 FIRST_SIMULATED_PID = 4_000_000  # above Linux's largest PID: never a real process
+MACHINE = "gpuspawner"  # the simulated machine's name, unless c.GPUSpawner.simulated_machine
 
 
 class SimulatedSource:
@@ -45,7 +46,7 @@ class SimulatedSource:
     def __init__(
         self,
         count: int = 0,
-        seed: str = "gpuspawner",
+        seed: str = MACHINE,
         load_file: str = "",
         host: Sequence[Mapping[str, Any]] | str = (),
     ) -> None:
