@@ -7,7 +7,6 @@ with names under a prefix the test owns, so a test sees and removes only its own
 from __future__ import annotations
 
 import os
-import secrets
 import subprocess
 import sys
 from collections.abc import Iterator, Mapping
@@ -16,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import docker
-from realhub import SESSION_PREFIXES
+from realhub import unique_prefix
 
 from gpuspawner.core.pool import Grant
 from gpuspawner.engine import docker as engine
@@ -36,12 +35,6 @@ def gpuspawner(
         text=True,
         timeout=300,
     )
-
-
-def unique_prefix(kind: str) -> str:
-    prefix = f"gst{kind}{secrets.token_hex(3)}"
-    SESSION_PREFIXES.add(prefix)
-    return prefix
 
 
 class Servers:

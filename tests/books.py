@@ -1,7 +1,8 @@
 """What the GPU books must show at every step, checked against Docker's word.
 
 Two rules, read from every running container on the engine (not only one
-hub's) and from the hub's own GPU report:
+hub's; under pytest-xdist, every one of this worker's, as the others simulate
+machines of their own) and from the hub's own GPU report:
 
 - no GPU is reachable from two running containers;
 - every running container of the hub that reaches GPUs has them held in the
@@ -16,7 +17,7 @@ so the check does not trust the code it checks.
 from __future__ import annotations
 
 import docker
-from realhub import Hub
+from realhub import Hub, of_this_worker
 
 HELD = ("allocated", "stopping")
 
@@ -45,6 +46,8 @@ def running_with_gpus(client: docker.APIClient, by_index: dict[str, str]) -> dic
     """Each running container that reaches a GPU: id → its name, hub label and GPUs."""
     found = {}
     for summary in client.containers():
+        if not of_this_worker(summary["Names"][0].lstrip("/")):
+            continue
         try:
             inspected = client.inspect_container(summary["Id"])
         except docker.errors.NotFound:

@@ -9,15 +9,19 @@ session's check for leftovers covers them.
 from __future__ import annotations
 
 import contextlib
-import secrets
 import tempfile
 from collections.abc import AsyncIterator
 from typing import Any
 
 import docker
 from jupyterhub.tests.mocking import MockHub
-from jupyterhub.utils import random_port
-from realhub import SESSION_PREFIXES, SESSION_PROXY_PORTS
+from realhub import (
+    OTHER_WORKERS,
+    SESSION_PROXY_PORTS,
+    SIMULATED_MACHINE,
+    free_port,
+    unique_prefix,
+)
 from traitlets.config import Config
 
 from gpuspawner.engine.docker import bridge_gateway
@@ -42,17 +46,18 @@ def gpu_hub_config(*, reachable_from_containers: bool = False, **gpuspawner: Any
     c.JupyterHub.spawner_class = GPUSpawner
     c.JupyterHub.allow_named_servers = True
     c.JupyterHub.named_server_limit_per_user = 10
-    proxy_port = random_port()
+    proxy_port = free_port()
     c.ConfigurableHTTPProxy.api_url = f"http://127.0.0.1:{proxy_port}"
     if reachable_from_containers:  # a real jupyterhub-singleuser calls the hub back
         c.JupyterHub.hub_ip = bridge_gateway(docker.from_env())
-    prefix = f"gsi{secrets.token_hex(3)}"
+    prefix = unique_prefix("i")
     c.DockerSpawner.prefix = prefix
     # Homes named by the prefix, so no test touches a real user's home and all go after.
     c.DockerSpawner.volumes = {f"{prefix}-home-{{username}}": "/home/jovyan"}
     c.GPUSpawner.simulate_gpus = 4
+    c.GPUSpawner.simulated_machine = SIMULATED_MACHINE  # the other workers' are others
+    c.GPUSpawner.ignore_gpu_containers = OTHER_WORKERS  # (realhub)
     c.GPUSpawner.update(gpuspawner)
-    SESSION_PREFIXES.add(prefix)
     SESSION_PROXY_PORTS.add(str(proxy_port))
     return c
 

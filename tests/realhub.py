@@ -3,11 +3,19 @@
 Each hub gets its own folder, ports and container prefix, so hubs in one
 test run never see each other's servers. Tests talk to it as users and
 admins do: the REST API, the login and spawn pages, `docker inspect`.
+
+Under pytest-xdist the workers share one dockerd. Each worker's names start with its own
+tag (`unique_prefix`), its ports come from its own range (`free_port`), and its hubs
+simulate a machine of their own (`SIMULATED_MACHINE`: GPU UUIDs no other worker has) and
+ignore the other workers' containers (`OTHER_WORKERS`), which are GPU use on another
+machine, not on this one. Within a worker, hubs see each other's containers as they would
+on one GPU server.
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import re
 import secrets
@@ -45,6 +53,35 @@ SESSION_PREFIXES: set[str] = set()
 SESSION_PROXY_PORTS: set[str] = set()
 SESSION_WORKDIRS: set[Path] = set()
 
+# pytest-xdist's worker of this process ("gw0", "gw1", …), and how many there are.
+WORKER = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw"))
+WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+
+
+def worker_tag(worker: int) -> str:
+    """What starts the names of `worker`'s containers, volumes and folders: "gs" alone
+    without xdist, "gsw3x" for worker 3 (the x ends the number: w1x is not w10x)."""
+    return f"gsw{worker}x" if WORKERS > 1 else "gs"
+
+
+# Containers of the other workers, as c.GPUSpawner.ignore_gpu_containers names them.
+OTHER_WORKERS = [f"{worker_tag(w)}*" for w in range(WORKERS) if w != WORKER]
+# This worker's simulated machine (c.GPUSpawner.simulated_machine): GPU UUIDs of its own.
+SIMULATED_MACHINE = f"tests-{worker_tag(WORKER)}"
+
+
+def of_this_worker(container_name: str) -> bool:
+    """Whether a container is this worker's (or, without xdist, any on the engine)."""
+    return WORKERS == 1 or container_name.startswith(worker_tag(WORKER))
+
+
+def unique_prefix(kind: str) -> str:
+    """A container and volume prefix no other hub or test of the run has: `kind` says
+    whose ("t": a real hub, "i": an in-process one, "homes": a test of `gpuspawner homes`)."""
+    prefix = f"{worker_tag(WORKER)}{kind}{secrets.token_hex(3)}"
+    SESSION_PREFIXES.add(prefix)
+    return prefix
+
 
 def processes_in(folders: set[Path]) -> dict[int, str]:
     """Processes running in one of `folders` (pid → command line): a hub's managed services,
@@ -59,10 +96,24 @@ def processes_in(folders: set[Path]) -> dict[int, str]:
     return found
 
 
+# Each worker takes ports from a range of its own, below Linux's ephemeral ports
+# (32768 and up), so that neither another worker nor an outgoing connection takes a port
+# between the moment it is chosen and the moment a hub or proxy binds it.
+PORTS_PER_WORKER = 1000
+FIRST_PORT = 20000 + WORKER * PORTS_PER_WORKER
+_ports = itertools.cycle(range(FIRST_PORT, FIRST_PORT + PORTS_PER_WORKER))
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port nothing listens on, from this worker's range."""
+    for port in itertools.islice(_ports, PORTS_PER_WORKER):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in worker {WORKER}'s range")
 
 
 def base_config(token: str, prefix: str, hub_ip: str) -> str:
@@ -95,6 +146,9 @@ def base_config(token: str, prefix: str, hub_ip: str) -> str:
             {{"name": "tests", "scopes": ["admin:users", "admin:servers", "admin:groups",
               "read:metrics", "access:servers", "custom:gpus:admin"], "services": ["tests"]}},
         ]
+        # Other pytest-xdist workers' servers hold their own simulated GPUs (module docstring).
+        c.GPUSpawner.simulated_machine = {SIMULATED_MACHINE!r}
+        c.GPUSpawner.ignore_gpu_containers = {OTHER_WORKERS!r}
         """
     )
 
@@ -136,7 +190,7 @@ class Hub:
     workdir: Path
     config: str
     token: str = field(default_factory=lambda: secrets.token_hex(16))
-    prefix: str = field(default_factory=lambda: f"gst{secrets.token_hex(3)}")
+    prefix: str = field(default_factory=lambda: unique_prefix("t"))
     env: dict[str, str] = field(default_factory=dict)  # for the hub process: DOCKER_HOST, …
     process: subprocess.Popen | None = None
 
@@ -147,7 +201,6 @@ class Hub:
         full = base_config(self.token, self.prefix, hub_ip) + textwrap.dedent(self.config)
         self.config_file.write_text(full)
         self.url = re.search(r'bind_url = "([^"]+)"', full).group(1)
-        SESSION_PREFIXES.add(self.prefix)
         SESSION_WORKDIRS.add(self.workdir.resolve())
         SESSION_PROXY_PORTS.add(re.search(r'api_url = "http://127.0.0.1:(\d+)"', full).group(1))
         self.log_file = self.workdir / "hub.log"

@@ -29,7 +29,7 @@ CONFIG = """
 c.GPUSpawner.simulate_gpus = 4
 c.GPUSpawner.monitor_interval = 0.5
 c.GPUSpawner.profiles = [{"display_name": "1 GPU", "slug": "gpu-1", "gpus": 1, "default": True}]
-c.GPUSpawner.ignore_gpu_containers = ["*-dcgm-exporter:*"]
+c.GPUSpawner.ignore_gpu_containers.append("*-dcgm-exporter:*")
 """
 
 
