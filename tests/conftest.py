@@ -11,10 +11,50 @@ from dockerfaults import DockerFaults
 from realhub import SESSION_PREFIXES, SESSION_PROXY_PORTS, SESSION_WORKDIRS, Hub, processes_in
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--engine-alone",
+        choices=("include", "exclude", "only"),
+        default="include",
+        help="the tests marked engine_alone (they restart dockerd): run them with the rest "
+        "(the default), leave them out (the parallel part of scripts/test), or run only them",
+    )
+
+
+# Module-scoped fixtures that each pytest-xdist worker may make for itself: a module whose
+# tests use only these (and function-scoped ones) spreads its tests over the workers.
+PER_WORKER = {"hub_factory", "load_file"}
+
+
+def worker_group(item: pytest.Item, fixtures: Any) -> str:
+    """For pytest-xdist's --dist loadgroup: which tests must run on one worker. The swarm
+    bed's (one bed per session), and a module's that share a module-scoped fixture (its
+    hub: started once, and what one test leaves is what the next expects); any other test
+    goes wherever a worker is free."""
+    if item.get_closest_marker("swarm") or "swarm" in fixtures:
+        return "swarm"
+    info = getattr(item, "_fixtureinfo", None)
+    shared = info is not None and any(
+        defs[-1].scope == "module" and name not in PER_WORKER
+        for name, defs in info.name2fixturedefs.items()
+    )
+    return item.nodeid.partition("::")[0] if shared else item.nodeid
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own reads the xdist_group marks
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
-        if "hub_factory" in getattr(item, "fixturenames", ()):
+        fixtures = getattr(item, "fixturenames", ())
+        if "hub_factory" in fixtures:
             item.add_marker(pytest.mark.docker)
+        item.add_marker(pytest.mark.xdist_group(worker_group(item, fixtures)))
+    wanted = config.getoption("engine_alone")
+    if wanted == "include":
+        return
+    only = wanted == "only"
+    keep = [item for item in items if bool(item.get_closest_marker("engine_alone")) == only]
+    config.hook.pytest_deselected(items=[item for item in items if item not in keep])
+    items[:] = keep
 
 
 @pytest.fixture

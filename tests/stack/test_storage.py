@@ -136,6 +136,7 @@ def write_then_cull(hub: Hub, load_file, user: str, text: str) -> None:
 
 
 # --- the acceptance path ------------------------------------------------------------
+@pytest.mark.engine_alone  # restarts dockerd
 def test_alices_result_survives_a_gpu_cull_a_cpu_restart_a_hub_kill_and_a_docker_restart(
     hub: Hub, load_file, tmp_path
 ):

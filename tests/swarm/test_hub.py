@@ -21,6 +21,8 @@ from swarmbed import NODES, SOCKETS, Swarm, wait_for
 import gpuspawner
 from gpuspawner.engine.swarmspec import DEVICE_MOUNT_ROOT
 
+pytestmark = [pytest.mark.swarm, pytest.mark.docker]
+
 AGENT_PORT = 9401
 AGENT_TOKEN = secrets.token_hex(8)
 CHECKOUT = Path(gpuspawner.__file__).resolve().parents[1]
