@@ -23,7 +23,7 @@ c.GPUSpawner.profiles = [
 c.GPUSpawner.default_limits = {{"idle_timeout": 15}}
 c.GPUSpawner.group_limits = {{
     "students": {{"gpu_idle_timeout": 6}},
-    "marathon": {{"max_age": 20}},
+    "marathon": {{"max_age": 30}},  # beyond a JupyterLab start on a busy machine
 }}
 culler, culler_role = idle_culler_service(timeout=3600, cull_every=1)
 c.JupyterHub.services.append(culler)
@@ -85,7 +85,11 @@ def keep_jupyter_active(hub: Hub, user: str, stop: threading.Event) -> None:
 
 
 def test_gpu_idle_timeout_stops_a_server_with_an_open_session(hub: Hub, load_file):
-    hub.spawn_ready("student", profile="gpu-1")
+    make_busy(load_file, *(gpu["uuid"] for gpu in hub.pool()["gpus"]))  # no cull mid-start
+    try:
+        hub.spawn_ready("student", profile="gpu-1")
+    finally:
+        load_file.write_text("{}")
     stop = threading.Event()
     tab = threading.Thread(target=keep_jupyter_active, args=(hub, "student", stop))
     tab.start()
@@ -112,7 +116,7 @@ def test_max_age_stops_a_busy_server(hub: Hub, load_file):
     hub.spawn_ready("runner", profile="gpu-1")
     make_busy(load_file, *hub.held_uuids("runner"))
     try:
-        hub.wait_for(lambda: hub.server_model("runner") is None, timeout=60, what="max_age stop")
+        hub.wait_for(lambda: hub.server_model("runner") is None, timeout=90, what="max_age stop")
     finally:
         load_file.write_text("{}")
     assert hub.pool()["free"] == 4

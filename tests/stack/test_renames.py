@@ -15,7 +15,7 @@ c.GPUSpawner.monitor_interval = 0.5
 c.GPUSpawner.profiles = [{"display_name": "1 GPU", "slug": "gpu-1", "gpus": 1, "default": True}]
 c.GPUSpawner.group_limits = {
     "students": {"max_gpus_per_user": 1},
-    "marathon": {"max_age": 12},
+    "marathon": {"max_age": 30},  # beyond a JupyterLab start on a busy machine
 }
 # a teaching assistant who may manage the students, and only them
 c.JupyterHub.load_roles.append(
@@ -62,7 +62,7 @@ def test_a_renamed_users_server_is_still_stopped_at_its_max_age(hub: Hub):
     assert renamed.status_code == 200, renamed.text
     assert hub.server_model("runner2")["ready"]  # renamed in time, before its max_age
 
-    hub.wait_for(lambda: hub.server_model("runner2") is None, timeout=40, what="max_age stop")
+    hub.wait_for(lambda: hub.server_model("runner2") is None, timeout=60, what="max_age stop")
     hub.wait_for(lambda: hub.pool()["free"] == 4, what="runner2's GPU back")
     page = hub.login("runner2").get(f"{hub.url}/hub/spawn/runner2/next", timeout=30).text
     assert "the longest a GPU server may run (max_age of group marathon)" in page

@@ -36,7 +36,7 @@ c.Spawner.group_overrides = {{
 }}
 c.GPUSpawner.group_limits = {{
     "gpu-idlers": {{"gpu_idle_timeout": 4}},
-    "marathon": {{"max_age": 15}},
+    "marathon": {{"max_age": 30}},  # beyond a JupyterLab start on a busy machine
     "idlers": {{"idle_timeout": 15}},
 }}
 culler, culler_role = idle_culler_service(timeout=3600, cull_every=1)
@@ -236,7 +236,7 @@ def test_the_cpu_restart_is_offered_and_made_through_the_rest_api(hub: Hub, load
 def test_files_survive_culls_by_max_age_and_idle_timeout(hub: Hub, user, why):
     hub.spawn_ready(user, profile="gpu-1")
     write(hub, user, RESULT, why)
-    hub.wait_for(lambda: hub.server_model(user) is None, timeout=60, what="the cull")
+    hub.wait_for(lambda: hub.server_model(user) is None, timeout=90, what="the cull")
     page = spawn_page(hub, user)
     assert why in page and "Your files in /home/jovyan are kept." in page
     hub.spawn_ready(user, profile="gpu-1")
