@@ -152,9 +152,11 @@ def test_start_my_server_on_the_home_page_still_works(hub: Hub, browser):
         expected_conditions.presence_of_element_located((By.ID, "spawn_form"))
     )
     screenshot_for_docs(browser, "spawn-form")  # the README's picture of the form
+    # The form preselects the profile alice used last, which the tests before decide.
+    browser.find_element(By.CSS_SELECTOR, 'input[value="gpu-1"]').click()
     browser.find_element(By.CSS_SELECTOR, "#spawn_form button[type=submit]").click()
     hub.wait_started_by_browser("alice")
-    assert len(hub.held_uuids("alice")) == 1  # gpu-1, the default profile
+    assert len(hub.held_uuids("alice")) == 1
     hub.stop_server("alice")
 
 
