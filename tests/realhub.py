@@ -408,6 +408,15 @@ class Hub:
         gpus = self.pool()["gpus"]
         return {g["uuid"]: g["used_outside_hub_by"] for g in gpus if g["state"] == "external"}
 
+    def docker_run(self, name: str, *options: str, image: str = BASE_IMAGE) -> str:
+        """A container started by hand with the docker command, as a colleague would. Named
+        after the hub: the other workers' hubs ignore it only so (to them its GPU UUIDs are
+        unknown, so it would reach every GPU of theirs)."""
+        command = ["docker", "run", "-d", "--rm", "--name", f"{self.prefix}-{name}", *options]
+        return subprocess.run(
+            [*command, image, "sleep", "300"], check=True, capture_output=True, text=True
+        ).stdout.strip()
+
     def containers(self, all: bool = False) -> list:
         """This hub's containers (by its name prefix)."""
         found = self.docker.containers.list(all=all, filters={"name": self.prefix})

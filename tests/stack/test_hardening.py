@@ -153,7 +153,9 @@ def test_start_my_server_on_the_home_page_still_works(hub: Hub, browser):
     )
     screenshot_for_docs(browser, "spawn-form")  # the README's picture of the form
     # The form preselects the profile alice used last, which the tests before decide.
-    browser.find_element(By.CSS_SELECTOR, 'input[value="gpu-1"]').click()
+    gpu_1 = browser.find_element(By.CSS_SELECTOR, 'input[value="gpu-1"]')
+    gpu_1.click()
+    assert gpu_1.is_selected(), hub.pool()  # a disabled choice takes no click
     browser.find_element(By.CSS_SELECTOR, "#spawn_form button[type=submit]").click()
     hub.wait_started_by_browser("alice")
     assert len(hub.held_uuids("alice")) == 1

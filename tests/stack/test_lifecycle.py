@@ -138,20 +138,10 @@ def test_cancelling_a_pending_spawn_frees_its_gpu(hub: Hub):
     hub.wait_for(lambda: not leftovers(hub, "dan"), what="the cancelled container removed")
 
 
-def run_by_hand(*gpus_flag: str) -> str:
-    """A container started outside JupyterHub, as a colleague would."""
-    return subprocess.run(
-        ["docker", "run", "-d", "--rm", *gpus_flag, "gpuspawner-base:bookworm", "sleep", "300"],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
-
-
 def test_gpus_used_by_containers_outside_the_hub_are_kept_out(hub: Hub):
     gpus = hub.pool()["gpus"]
-    by_uuid = run_by_hand("--gpus", f"device={gpus[0]['uuid']}")
-    by_index = run_by_hand("--gpus", '"device=2"')
+    by_uuid = hub.docker_run("by-uuid", "--gpus", f"device={gpus[0]['uuid']}")
+    by_index = hub.docker_run("by-index", "--gpus", '"device=2"')
     try:
         hub.wait_for(lambda: free(hub) == 2, what="the hand-started containers noticed")
         states = hub.gpu_states()

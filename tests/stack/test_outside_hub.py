@@ -17,7 +17,6 @@ Not run here, because this dockerd (20.10) or this machine cannot run them;
 - GPU device nodes (`--device /dev/nvidia0`): this machine has none.
 """
 
-import subprocess
 from pathlib import Path
 
 import docker
@@ -40,17 +39,6 @@ def hub(hub_factory) -> Hub:
     return hub
 
 
-def docker_run(hub: Hub, name: str, *options: str, image: str = BASE_IMAGE) -> str:
-    """A container started by hand with the docker command, as a colleague would."""
-    command = ["docker", "run", "-d", "--rm", "--name", f"{hub.prefix}-{name}", *options]
-    return subprocess.run(
-        [*command, image, "sleep", "300"],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
-
-
 def one_entry(hub: Hub, name: str, entry: str) -> str:
     """A container started with docker-py, its device IDs in one comma-separated entry."""
     container = hub.docker.containers.run(
@@ -66,11 +54,11 @@ def one_entry(hub: Hub, name: str, entry: str) -> str:
 
 # form → how to start it (GPU UUIDs by index given), and the indices of the GPUs it reaches
 FORMS = {
-    "--gpus all": (lambda hub, gpus: docker_run(hub, "all", "--gpus", "all"), [0, 1, 2, 3]),
-    "--gpus 2": (lambda hub, gpus: docker_run(hub, "two", "--gpus", "2"), [0, 1]),
+    "--gpus all": (lambda hub, gpus: hub.docker_run("all", "--gpus", "all"), [0, 1, 2, 3]),
+    "--gpus 2": (lambda hub, gpus: hub.docker_run("two", "--gpus", "2"), [0, 1]),
     "one DeviceIDs entry 1,3": (lambda hub, gpus: one_entry(hub, "entry", "1,3"), [1, 3]),
-    "an index": (lambda hub, gpus: docker_run(hub, "index", "--gpus", '"device=2"'), [2]),
-    "a UUID": (lambda hub, gpus: docker_run(hub, "uuid", "--gpus", f"device={gpus[3]}"), [3]),
+    "an index": (lambda hub, gpus: hub.docker_run("index", "--gpus", '"device=2"'), [2]),
+    "a UUID": (lambda hub, gpus: hub.docker_run("uuid", "--gpus", f"device={gpus[3]}"), [3]),
 }
 
 
@@ -118,8 +106,8 @@ def test_a_monitoring_container_the_admin_names_keeps_nothing_out(hub: Hub):
     hub.docker.images.get(BASE_IMAGE).tag(exporter_image)
     started = []
     try:
-        started.append(docker_run(hub, "exporter", "--gpus", "all", image=exporter_image))
-        started.append(docker_run(hub, "job", "--gpus", '"device=0"'))
+        started.append(hub.docker_run("exporter", "--gpus", "all", image=exporter_image))
+        started.append(hub.docker_run("job", "--gpus", '"device=0"'))
         hub.wait_for(lambda: hub.used_outside(), what="the monitor seeing both containers")
         assert hub.used_outside() == {gpus[0]: f"container {hub.prefix}-job"}
     finally:
