@@ -4,7 +4,7 @@
 class GoneEngine:
     """An engine whose containers are gone by the time anyone asks."""
 
-    def containers(self):
+    def containers(self, look_past=None):
         return []
 
     def unreachable(self):

@@ -170,7 +170,9 @@ class GPUSettings(HasTraits):
         A container started outside JupyterHub that can reach a GPU (`--gpus all`,
         `--gpus 2`, a device ID, a CDI name, an NVIDIA runtime, a GPU device node,
         privileged mode) keeps that GPU out of the pool while it runs. Monitoring
-        agents reach every GPU without using it: name them here. Example::
+        agents reach every GPU without using it: name them here. The hub does not
+        inspect them on its looks at Docker, and never looks past one of its own
+        servers, whatever its name. Example::
 
             c.GPUSpawner.ignore_gpu_containers = [
                 "dcgm-exporter", "*/k8s/dcgm-exporter:*",

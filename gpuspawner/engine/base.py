@@ -8,6 +8,7 @@ on the broker's side of this seam imports `docker`.
 
 from __future__ import annotations
 
+import fnmatch
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -49,11 +50,37 @@ class Seen:
     container_id: str = ""  # a Swarm task's container on its node (`id` is the task's)
 
 
+@dataclass(frozen=True)
+class LookPast:
+    """The containers a hub looks past (c.GPUSpawner.ignore_gpu_containers): shell patterns
+    on a container's name or image, such as a monitoring exporter's. Never one of `hub`'s
+    own servers, nor a gpuspawner server whose labels do not say its hub. An engine does
+    not even inspect the ones it can tell from its listing."""
+
+    patterns: tuple[str, ...] = ()
+    hub: str = ""  # DockerSpawner.prefix of the hub that looks
+
+    def __call__(self, name: str, image: str, server_of: str | None) -> bool:
+        """`server_of`: the hub a gpuspawner server's labels name ("" where they name none
+        or cannot be read); None for a container that is no gpuspawner server."""
+        if server_of is not None and server_of in ("", self.hub):
+            return False
+        return any(fnmatch.fnmatch(n, p) for n in (name, image) for p in self.patterns)
+
+    def skips(self, container: Seen) -> bool:
+        server_of = container.server.hub if container.server else None
+        return self(container.name, container.image, "" if container.label_problem else server_of)
+
+
+NOTHING = LookPast()
+
+
 class Engine(Protocol):
     """Where notebook containers run. Its calls block: the broker runs them in a worker thread."""
 
-    def containers(self) -> list[Seen]:
-        """Every container that is a gpuspawner server (in any state) or runs reaching a GPU."""
+    def containers(self, look_past: LookPast = NOTHING) -> list[Seen]:
+        """Every container that is a gpuspawner server (in any state) or runs reaching a GPU,
+        but those it is told to look past."""
         ...
 
     def stopped_since(self, hub: str, since: float) -> dict[int, float]:

@@ -30,7 +30,7 @@ import docker.errors
 from ..core.errors import UnsafeContainerConfig
 from ..core.pool import Grant
 from ..core.reach import Reach, from_cdi, from_count, from_ids
-from .base import Seen, ServerLabels
+from .base import NOTHING, LookPast, Seen, ServerLabels
 from .escapes import GPU_DEVICE, clean_path, find_escapes, forbidden_source
 
 log = logging.getLogger("gpuspawner")
@@ -230,6 +230,16 @@ def seen(inspected: Mapping[str, Any], default_runtime: str = "runc") -> Seen:
     )
 
 
+def _looked_past(summary: Mapping[str, Any], look_past: LookPast) -> bool:
+    """Whether `docker ps`'s line for a container already says to look past it."""
+    labels = summary.get("Labels") or {}
+    server_of = (
+        labels.get(LABEL_HUB, "") if any(k.startswith(LABEL_PREFIX) for k in labels) else None
+    )
+    names = summary.get("Names") or [""]
+    return look_past(str(names[0]).lstrip("/"), str(summary.get("Image", "")), server_of)
+
+
 def moment(text: Any) -> float | None:
     """Docker's "2026-11-30T14:02:03.123456789Z" as seconds; None for its "never" (year 1)."""
     try:
@@ -267,18 +277,22 @@ class DockerEngine:
     def unreachable(self) -> dict[str, str]:
         return {}  # one host: if its Docker is down, nothing starts anywhere
 
-    def containers(self) -> list[Seen]:
+    def containers(self, look_past: LookPast = NOTHING) -> list[Seen]:
         default_runtime = self.client.info().get("DefaultRuntime") or "runc"
         summaries = {s["Id"]: s for s in self.client.containers()}
         for ours in self.client.containers(all=True, filters={"label": LABEL_USER}):
             summaries[ours["Id"]] = ours
         found = []
-        for container_id in summaries:
+        for container_id, summary in summaries.items():
+            if _looked_past(summary, look_past):
+                continue
             try:
                 inspected = self.client.inspect_container(container_id)
             except docker.errors.NotFound:
                 continue  # gone between the list and the inspect
             container = seen(inspected, default_runtime)
+            if look_past.skips(container):
+                continue
             if container.server or container.label_problem or container.reach:
                 found.append(container)
         return found

@@ -27,7 +27,7 @@ from typing import Any
 import docker
 import docker.errors
 
-from .base import Seen
+from .base import NOTHING, LookPast, Seen
 from .docker import LABEL_HUB, LABEL_SPAWNER_ID, api_client, moment, read_labels
 from .swarmspec import GPU_NAME, isolate_service, pinned_node, spec_reach
 
@@ -196,13 +196,15 @@ class SwarmEngine:
                 found[node.hostname] = f"node {node.hostname} is set to {node.availability}"
         return found
 
-    def containers(self) -> list[Seen]:
+    def containers(self, look_past: LookPast = NOTHING) -> list[Seen]:
         """Every task that is one of our servers (in any state), or holds GPUs."""
         nodes = self._by_id()
         services = {s["ID"]: s for s in self.client.services()}
         found = []
         for task in self.client.tasks():
             seen = task_seen(task, services.get(task.get("ServiceID")), nodes)
+            if look_past.skips(seen):
+                continue
             if seen.server or seen.label_problem or (seen.running and seen.reach):
                 found.append(seen)
         return found

@@ -15,7 +15,6 @@ until then it stays held, shown as "stopping", and the monitor keeps asking.
 from __future__ import annotations
 
 import asyncio
-import fnmatch
 import logging
 import time
 from collections.abc import Callable, Hashable, Iterable, Mapping
@@ -32,7 +31,7 @@ from ..core.silence import Silence, Silences
 from ..core.units import Kind, Request, Unit
 from ..core.usage import DEFAULT_HALF_LIFE, decayed_gpu_hours
 from ..core.words import at_clock
-from ..engine.base import Engine, Seen
+from ..engine.base import Engine, LookPast, Seen
 from ..records.ledger import Ledger
 from ..records.waiting import LineRecord
 from .waiting import Line
@@ -85,7 +84,7 @@ class Broker:
         self.engine = engine
         self.hub = hub  # DockerSpawner.prefix: which containers on the engine are this hub's
         self.log = log
-        self.ignore_containers = tuple(ignore_containers)
+        self.look_past = LookPast(tuple(ignore_containers), hub)  # what the engine skips
         self.clock = clock
         self.telemetry: dict[str, Telemetry] = {}  # the monitor's latest sample
         self.idle = IdleClock()  # since when each grant's GPUs have all been idle
@@ -284,7 +283,7 @@ class Broker:
         instances, and every slot of a shared GPU for a container that holds none."""
         external = dict(foreign_processes)
         for container in containers:
-            if not container.running or self._ignored(container):
+            if not container.running or self.look_past.skips(container):
                 continue
             grant = None
             if container.server and container.server.spawner_id and self.is_ours(container):
@@ -312,10 +311,6 @@ class Broker:
         for grant in self.pool.grants():
             if grant.stopping and grant.key not in self._removing:
                 self._start_removal(grant.key)
-
-    def _ignored(self, container: Seen) -> bool:
-        names = (container.name, container.image)
-        return any(fnmatch.fnmatch(n, p) for n in names for p in self.ignore_containers)
 
     # --- spawners ---------------------------------------------------------------
     def reserve(self, holder: Holder, request: Request | int, admit: Admission) -> Grant:

@@ -105,7 +105,7 @@ class Monitor:
             telemetry = {}
         owners = self.owners(pid for sample in telemetry.values() for pid in sample.processes)
         try:
-            containers = broker.engine.containers()
+            containers = broker.engine.containers(broker.look_past)
             unreachable = broker.engine.unreachable()
         except Exception as error:
             return Observation(telemetry, None, str(error), owners, layout)

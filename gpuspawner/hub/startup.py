@@ -140,7 +140,7 @@ async def start_broker(app: Any, spawner_class: Any = None) -> Broker:
     )
     _end_previous_line(app, broker)
     started = time.perf_counter()
-    containers = await _blocking(broker, engine.containers)
+    containers = await _blocking(broker, lambda: engine.containers(broker.look_past))
     broker.recover(containers, _known_servers(app.db), await _stopped_meanwhile(broker))
     app.log.info(
         "gpuspawner: books rebuilt from %d container(s) in %.3f s",

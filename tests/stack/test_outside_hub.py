@@ -24,6 +24,9 @@ import pytest
 from books import assert_books_hold
 from realhub import BASE_IMAGE, Hub
 
+from gpuspawner.engine.base import LookPast
+from gpuspawner.engine.docker import DockerEngine
+
 CONFIG = """
 c.GPUSpawner.simulate_gpus = 4
 c.GPUSpawner.monitor_interval = 0.5
@@ -100,7 +103,19 @@ def test_a_container_outside_the_hub_keeps_exactly_its_gpus_out_while_it_runs(hu
     hub.wait_for(lambda: hub.pool()["free"] == 4, what="the GPUs back after the container went")
 
 
-def test_a_monitoring_container_the_admin_names_keeps_nothing_out(hub: Hub):
+class Counting(docker.APIClient):
+    """Docker's client, noting each container it inspects."""
+
+    def __init__(self) -> None:
+        super().__init__(version="auto")
+        self.inspected: list[str] = []
+
+    def inspect_container(self, container: str) -> dict:
+        self.inspected.append(container)
+        return super().inspect_container(container)
+
+
+def test_a_monitoring_container_the_admin_names_keeps_nothing_out_and_is_not_inspected(hub: Hub):
     gpus = [g["uuid"] for g in hub.pool()["gpus"]]
     exporter_image = f"{hub.prefix}-dcgm-exporter:test"
     hub.docker.images.get(BASE_IMAGE).tag(exporter_image)
@@ -110,6 +125,11 @@ def test_a_monitoring_container_the_admin_names_keeps_nothing_out(hub: Hub):
         started.append(hub.docker_run("job", "--gpus", '"device=0"'))
         hub.wait_for(lambda: hub.used_outside(), what="the monitor seeing both containers")
         assert hub.used_outside() == {gpus[0]: f"container {hub.prefix}-job"}
+        # Each monitor tick lists the containers: the one looked past is not asked about.
+        client = Counting()
+        seen = DockerEngine(client).containers(LookPast(("*-dcgm-exporter:*",), hub.prefix))
+        assert [c.name for c in seen if c.name.startswith(hub.prefix)] == [f"{hub.prefix}-job"]
+        assert started[0] not in client.inspected and started[1] in client.inspected
     finally:
         for container_id in started:
             hub.docker.api.remove_container(container_id, force=True)
