@@ -13,18 +13,20 @@ import time
 
 import docker
 import pytest
-from realhub import BASE_IMAGE, Hub
+from realhub import BASE_IMAGE, LIGHT_SERVER, Hub
 
 from gpuspawner.core.pool import Grant, Holder
 from gpuspawner.core.units import bare
 from gpuspawner.engine.docker import labels
 
-CONFIG = """
+# The books are what these tests are about, not JupyterLab: their servers are light.
+CONFIG = f"""
 c.GPUSpawner.simulate_gpus = 4
 c.GPUSpawner.monitor_interval = 0.5
 c.JupyterHub.cleanup_servers = False
 c.JupyterHub.init_spawners_timeout = 1  # serve while checking that servers answer
-c.GPUSpawner.profiles = [{"display_name": "1 GPU", "slug": "gpu-1", "gpus": 1, "default": True}]
+c.GPUSpawner.profiles = [{{"display_name": "1 GPU", "slug": "gpu-1", "gpus": 1, "default": True,
+                           "spawner_override": {LIGHT_SERVER!r}}}]
 """
 
 

@@ -17,25 +17,27 @@ import contextlib
 import pytest
 from books import assert_books_hold, containers_of, wait_free_only_once_gone
 from dockerfaults import Rule
-from realhub import Hub
+from realhub import LIGHT_SERVER, Hub
 
-CONFIG = """
+# The books are what these tests are about, not JupyterLab: their servers are light.
+CONFIG = f"""
 c.GPUSpawner.simulate_gpus = 2
 c.GPUSpawner.monitor_interval = 0.5
 c.DockerSpawner.poll_interval = 1
 # a stop waiting on a held Docker request answers the API in 1 s (202), not in 10 s
-c.JupyterHub.tornado_settings = {"slow_stop_timeout": 1}
+c.JupyterHub.tornado_settings = {{"slow_stop_timeout": 1}}
 c.GPUSpawner.profiles = [
-    {"display_name": "1 GPU", "slug": "gpu-1", "gpus": 1, "default": True},
-    {"display_name": "Slow to answer", "slug": "slow", "gpus": 1,
-     "spawner_override": {"cmd": ["sleep", "infinity"], "http_timeout": 120}},
+    {{"display_name": "1 GPU", "slug": "gpu-1", "gpus": 1, "default": True,
+     "spawner_override": {LIGHT_SERVER!r}}},
+    {{"display_name": "Slow to answer", "slug": "slow", "gpus": 1,
+     "spawner_override": {{"cmd": ["sleep", "infinity"], "http_timeout": 120}}}},
 ]
-c.GPUSpawner.group_overrides = {
-    "impatient": {"groups": ["impatient"], "spawner_override": {"start_timeout": 3}},
-}
+c.GPUSpawner.group_overrides = {{
+    "impatient": {{"groups": ["impatient"], "spawner_override": {{"start_timeout": 3}}}},
+}}
 # ivy may wait 10 min in line: her starts get 603 s from JupyterHub, but once her GPUs are
 # reserved the container gets 3 s, as anyone's
-c.GPUSpawner.group_limits = {"impatient": {"max_wait": 600}}
+c.GPUSpawner.group_limits = {{"impatient": {{"max_wait": 600}}}}
 """
 
 

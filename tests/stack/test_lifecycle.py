@@ -12,11 +12,13 @@ from realhub import LIGHT_SERVER, Hub, free_port, restart_dockerd
 
 CLASHING_PORT = free_port()
 
+# The books are what these tests are about, not JupyterLab: their servers are light.
 PROFILES = """
 c.GPUSpawner.profiles = [
-    {"display_name": "CPU only", "slug": "cpu", "gpus": 0},
-    {"display_name": "1 GPU", "slug": "gpu-1", "gpus": 1, "default": True},
-    {"display_name": "2 GPUs", "slug": "gpu-2", "gpus": 2},
+    {"display_name": "CPU only", "slug": "cpu", "gpus": 0, "spawner_override": LIGHT_SERVER},
+    {"display_name": "1 GPU", "slug": "gpu-1", "gpus": 1, "default": True,
+     "spawner_override": LIGHT_SERVER},
+    {"display_name": "2 GPUs", "slug": "gpu-2", "gpus": 2, "spawner_override": LIGHT_SERVER},
     {"display_name": "Missing image", "slug": "no-image", "gpus": 1,
      "spawner_override": {"image": "gpuspawner-test-does-not-exist:never"}},
     {"display_name": "Never answers", "slug": "silent", "gpus": 1,
@@ -27,7 +29,7 @@ c.GPUSpawner.profiles = [
      "spawner_override": {
          "extra_host_config": {"port_bindings": {8888: ("127.0.0.1", CLASHING_PORT)}}}},
 ]
-""".replace("CLASHING_PORT", str(CLASHING_PORT))
+""".replace("CLASHING_PORT", str(CLASHING_PORT)).replace("LIGHT_SERVER", repr(LIGHT_SERVER))
 
 
 @pytest.fixture(scope="module")

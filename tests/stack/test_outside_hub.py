@@ -22,15 +22,17 @@ from pathlib import Path
 import docker
 import pytest
 from books import assert_books_hold
-from realhub import BASE_IMAGE, Hub
+from realhub import BASE_IMAGE, LIGHT_SERVER, Hub
 
 from gpuspawner.engine.base import LookPast
 from gpuspawner.engine.docker import DockerEngine
 
-CONFIG = """
+# The books are what these tests are about, not JupyterLab: their servers are light.
+CONFIG = f"""
 c.GPUSpawner.simulate_gpus = 4
 c.GPUSpawner.monitor_interval = 0.5
-c.GPUSpawner.profiles = [{"display_name": "1 GPU", "slug": "gpu-1", "gpus": 1, "default": True}]
+c.GPUSpawner.profiles = [{{"display_name": "1 GPU", "slug": "gpu-1", "gpus": 1, "default": True,
+                           "spawner_override": {LIGHT_SERVER!r}}}]
 c.GPUSpawner.ignore_gpu_containers.append("*-dcgm-exporter:*")
 """
 
