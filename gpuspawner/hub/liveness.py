@@ -18,7 +18,7 @@ import docker
 
 from ..core.words import duration
 from .broker import Broker, BrokerNotRunning
-from .metrics import ENGINE_ERRORS
+from .counters import ENGINE_ERRORS
 
 T = TypeVar("T")
 

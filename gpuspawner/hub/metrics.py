@@ -1,4 +1,5 @@
-"""Prometheus metrics, in the hub's default registry, so they appear at /hub/metrics.
+"""Prometheus metrics, in the hub's default registry, so they appear at /hub/metrics (the
+counters and histograms are counted where things happen: `counters`).
 
 Gauges are read from the pool and the monitor's latest sample at scrape
 time (a collector), so they are never stale or half-updated. Labels are
@@ -15,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from fractions import Fraction
 
-from prometheus_client import REGISTRY, Counter, Histogram
+from prometheus_client import REGISTRY
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -23,63 +24,8 @@ from ..core.pool import DeviceState
 from ..core.units import Kind
 from ..core.words import NO_GROUP
 from .broker import Broker, BrokerNotRunning
+from .counters import ENGINE_ERRORS, GPU_SECONDS_BUSY, GPU_SECONDS_HELD
 from .monitor import Observation
-
-SPAWNS_REFUSED = Counter(
-    "gpuspawner_spawns_refused_total",
-    "Spawns refused before a container was made, by reason: capacity (not enough free "
-    "GPUs), limit (a group limit), budget (a used-up GPU-hour budget), invalid_options (bad "
-    "user_options).",
-    ["reason"],
-)
-for _reason in ("capacity", "limit", "budget", "invalid_options"):
-    SPAWNS_REFUSED.labels(_reason)  # at zero from the start, so rate() sees the first one
-
-ENGINE_ERRORS = Counter(
-    "gpuspawner_engine_errors_total",
-    "Questions the hub asked Docker (or the swarm) that got an error instead of an answer, "
-    "by question: poll (is a server still running?), list (which containers run?). No "
-    "server is ended on an error: only on Docker's word that its container is gone or exited.",
-    ["question"],
-)
-for _question in ("poll", "list"):
-    ENGINE_ERRORS.labels(_question)
-
-ALLOCATION_SECONDS = Histogram(
-    "gpuspawner_allocation_duration_seconds",
-    "Time to decide an allocation: limits checked and GPUs chosen, under the pool's lock.",
-    buckets=(0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05),
-)
-
-WAIT_SECONDS = Histogram(
-    "gpuspawner_wait_duration_seconds",
-    "Time GPU starts spent in the waiting line, by how the wait ended: started, max_wait "
-    "(gave up), cancelled (by the user), removed (by an admin), refused (could not wait).",
-    ["outcome"],
-    buckets=(1, 10, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200, 14400),
-)
-WAIT_OUTCOMES = ("started", "max_wait", "cancelled", "removed", "refused")
-for _outcome in WAIT_OUTCOMES:
-    WAIT_SECONDS.labels(_outcome)
-
-
-def observe_wait(outcome: str, seconds: float) -> None:
-    """The waiting line's hook: one wait ended."""
-    WAIT_SECONDS.labels(outcome).observe(seconds)
-
-
-GPU_SECONDS_HELD = Counter(
-    "gpuspawner_gpu_seconds_held",
-    "GPU-seconds held by servers, by the quota group charged, counted each monitor tick "
-    "(GPU-equivalents × seconds; stopping servers included until Docker confirms them gone).",
-    ["group"],
-)
-GPU_SECONDS_BUSY = Counter(
-    "gpuspawner_gpu_seconds_busy",
-    "Of the GPU-seconds held, those whose GPUs the monitor judged busy, by the quota group "
-    "charged. Busy over held is how much of what people hold they use.",
-    ["group"],
-)
 
 GPU_LABELS = ["uuid", "index", "model"]
 
