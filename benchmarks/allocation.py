@@ -57,9 +57,7 @@ class Run:
         holder = Holder(server, user, f"user{user:03d}")
         started = time.perf_counter()
         try:
-            grant = self.pool.allocate(
-                holder, count, admit=lambda usage, weight: limits.admit(weight, user, usage)
-            )
+            grant = self.pool.allocate(holder, count, admit=limits.admit)
         except NotEnoughGPUs:
             self.outcomes["capacity"] += 1
         except LimitExceeded:

@@ -75,13 +75,7 @@ async def in_the_hub(waiters: int, handovers: int) -> list[float]:
 
     def start(key: int) -> asyncio.Future[Grant]:
         holder = Holder(key, key, f"u{key}")
-
-        def reserve() -> Grant:
-            return broker.reserve(holder, one, lambda usage, w: limits.admit(w, key, usage))
-
-        return asyncio.ensure_future(
-            broker.line.take(holder, "light", "1 GPU", one, limits, reserve)
-        )
+        return asyncio.ensure_future(broker.line.take(holder, "light", "1 GPU", one, limits))
 
     held = collections.deque([await start(key) for key in range(GPUS)])
     line = [start(GPUS + i) for i in range(waiters)]

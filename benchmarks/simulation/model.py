@@ -35,7 +35,7 @@ from datetime import datetime, timedelta
 from gpuspawner.core.culling import IdleClock, decide, idle_arbiter
 from gpuspawner.core.gpus import Telemetry
 from gpuspawner.core.limits import LimitExceeded, UserLimits
-from gpuspawner.core.pool import Admission, Holder, NotEnoughGPUs, Pool
+from gpuspawner.core.pool import Holder, NotEnoughGPUs, Pool
 from gpuspawner.core.queue import Waiting
 
 from .line import Line
@@ -187,7 +187,7 @@ class Replay:
         a line, stays in it and is looked at again next minute)."""
         s = work.session
         holder = Holder(work.key, work.user_id, s.user, s.server)
-        admit = None if self.policy.fixed else self._admission(work)
+        admit = None if self.policy.fixed else work.limits.admit
         try:
             grant = self.pools[s.user].allocate(holder, work.gpus, admit)
         except (NotEnoughGPUs, LimitExceeded) as refusal:
@@ -211,9 +211,6 @@ class Replay:
         if self.line is not None:
             self.line.granted(work.key, work.user_id, s.user, len(grant.uuids), self.now)
         return True
-
-    def _admission(self, work: Work) -> Admission:
-        return lambda usage, weight: work.limits.admit(weight, work.user_id, usage)
 
     def _resume(self, server: Server, work: Work) -> None:
         server.work, server.tab_open, server.last_activity = work, True, self.now

@@ -80,6 +80,6 @@ class Usage:
     by_group: Held[str] = field(default_factory=lambda: Held[str]())
 
 
-Admission = Callable[[Usage, Fraction], str | None]
-"""Decides a request of so many GPU-equivalents against current usage: raises to refuse,
-returns the quota group to charge."""
+Admission = Callable[[Fraction, int, Usage], str | None]
+"""Decides a request of so many GPU-equivalents by a user (their id) against current usage:
+raises to refuse, returns the quota group to charge. `limits.UserLimits.admit` is one."""

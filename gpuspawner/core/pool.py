@@ -123,8 +123,9 @@ class Pool:
         self, holder: Holder, request: Request | int, admit: Admission | None = None
     ) -> Grant:
         """Take what `request` asks for (a number: whole GPUs) for a server, after `admit`
-        (which may raise) agrees to its weight. Limits are decided before capacity, so a
-        request over a limit is told so even when nothing is free."""
+        (which may raise; a user's `UserLimits.admit`) agrees to its weight. Limits are
+        decided before capacity, so a request over a limit is told so even when nothing is
+        free."""
         if isinstance(request, int):
             request = Request(gpus=request)
         with self._lock:
@@ -139,7 +140,7 @@ class Pool:
             weight = sum((u.weight for u in chosen), Fraction(0))
             if short is not None:
                 weight = self.weight_of(request)
-            quota_group = admit(self._usage(), weight) if admit else None
+            quota_group = admit(weight, holder.user_id, self._usage()) if admit else None
             if short is not None:
                 raise short
             grant = Grant(holder, chosen, self._clock(), quota_group)

@@ -25,7 +25,10 @@ from typing import ClassVar
 from ..config.site import GPUSite
 from ..core.culling import IdleClock
 from ..core.gpus import Telemetry
+from ..core.limits import LimitExceeded, UserLimits
+from ..core.placement import NotEnoughGPUs
 from ..core.pool import GONE, Admission, AlreadyHolding, Grant, Holder
+from ..core.profiles import Profile
 from ..core.queue import DEFAULT_RESERVE_AFTER
 from ..core.silence import Silence, Silences
 from ..core.units import Kind, Request, Unit
@@ -34,7 +37,9 @@ from ..core.words import at_clock
 from ..engine.base import Engine, LookPast, Seen
 from ..records.ledger import Ledger
 from ..records.waiting import LineRecord
-from .waiting import Line
+from .counters import ALLOCATION_SECONDS
+from .refusals import refused
+from .waiting import Line, WaitEnded
 
 RECENT_USE_HALF_LIVES = 10  # use older than this many half-lives counts for less than 0.1 %
 
@@ -100,6 +105,7 @@ class Broker:
             self.idle,
             clock,
             log,
+            reserve=self.reserve,
             reserve_after=reserve_after,
             recent_use=self._recent_use if ledger is not None else None,
             record=LineRecord(ledger.path) if ledger is not None else None,
@@ -313,9 +319,25 @@ class Broker:
                 self._start_removal(grant.key)
 
     # --- spawners ---------------------------------------------------------------
-    def reserve(self, holder: Holder, request: Request | int, admit: Admission) -> Grant:
-        """GPUs for a starting server (NotEnoughGPUs, or what `admit` raises, refuses)."""
-        grant = self.pool.allocate(holder, request, admit)
+    async def take(self, holder: Holder, profile: Profile, limits: UserLimits) -> Grant:
+        """GPUs for a starting server on `profile`, within the user's `limits`: at once for a
+        CPU-only profile (a grant of nothing), through the waiting line for a GPU one; or
+        `Refused`, in the words its user reads."""
+        request = limits.request_for(profile)
+        try:
+            if request.kind is None:
+                return self.reserve(holder, request, limits.admit)
+            return await self.line.take(holder, profile.slug, profile.display_name, request, limits)
+        except (LimitExceeded, NotEnoughGPUs, WaitEnded) as error:
+            raise refused(profile, error) from None
+
+    def reserve(
+        self, holder: Holder, request: Request | int, admit: Admission | None = None
+    ) -> Grant:
+        """GPUs now (NotEnoughGPUs, or what `admit` raises, refuses): the one place the
+        pool's units are taken for a server, timed for the allocation histogram."""
+        with ALLOCATION_SECONDS.time():
+            grant = self.pool.allocate(holder, request, admit)
         self.idle.forget(grant.key)  # a server stopped and started between two ticks
         if grant.units and self.ledger is not None:
             self.ledger.opened(grant, float(grant.weight))

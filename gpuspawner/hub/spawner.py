@@ -30,11 +30,10 @@ from traitlets import Bool, Float, TraitError, default, validate
 from ..config.settings import GPUSettings
 from ..core.culling import notice
 from ..core.errors import UnsafeContainerConfig
-from ..core.limits import Limited, LimitExceeded, UserLimits
-from ..core.placement import NotEnoughGPUs
+from ..core.limits import Limited, UserLimits
 from ..core.pool import Grant, Holder
 from ..core.profiles import ANY_IMAGE, InvalidUserOptions, Profile, choose_profile
-from ..core.units import Request, units_in_words
+from ..core.units import units_in_words
 from ..core.words import duration, from_group, your_server
 from ..devices.source import GPUSource
 from ..engine import storage
@@ -42,9 +41,10 @@ from ..engine.base import Engine
 from ..engine.docker import DockerEngine, isolate
 from . import budgets, form, notices, startup
 from .broker import Broker
+from .counters import SPAWNS_REFUSED
 from .liveness import DockersWord
-from .metrics import ALLOCATION_SECONDS, SPAWNS_REFUSED
-from .waiting import WaitEnded, progress_in_line
+from .refusals import Refused
+from .waiting import progress_in_line
 
 LINKS_CANNOT_START = (
     "A link cannot start a server: check the choice below and press Start. "
@@ -253,31 +253,10 @@ class GPUSpawner(GPUSettings, DockersWord, DockerSpawner):
 
     async def _reserve(self, profile: Profile) -> Grant:
         """GPUs from the broker; a GPU start goes through the waiting line (`hub.waiting`)."""
-        limits = self._user_limits()
-        user_id, holder, request = self.user.id, self.holder, limits.request_for(profile)
-
-        def reserve(asked: Request) -> Grant:  # the request, or the line's narrower one
-            with ALLOCATION_SECONDS.time():
-                return self.broker.reserve(
-                    holder,
-                    asked,
-                    admit=lambda usage, weight: limits.admit(weight, user_id, usage),
-                )
-
         try:
-            if request.kind is None:
-                return reserve(request)
-            return await self.broker.line.take(
-                holder, profile.slug, profile.display_name, request, limits, reserve
-            )
-        except LimitExceeded as exceeded:
-            raise _refused(str(exceeded), "limit", 403) from None
-        except NotEnoughGPUs as short:
-            raise _refused(_not_enough(profile, short), "capacity", 409) from None
-        except WaitEnded as ended:
-            if ended.outcome == "removed":  # an admin's decision, not a refusal
-                raise _failed(str(ended), ended.reason, 409) from None
-            raise _refused(str(ended), ended.reason, 409) from None
+            return await self.broker.take(self.holder, profile, self._user_limits())
+        except Refused as no:
+            raise (_refused if no.counted else _failed)(no.message, no.reason, no.status) from None
 
     def _check_budget(self, profile: Profile) -> None:
         """A GPU start with a used-up GPU-hour budget is refused before anything is reserved,
@@ -534,21 +513,6 @@ def _failed(message: str, reason: str, status_code: int) -> SpawnException:
     failure = SpawnException(message, reason=reason, status_code=status_code)
     failure.jupyterhub_message = message
     return failure
-
-
-def _not_enough(profile: Profile, short: NotEnoughGPUs) -> str:
-    """A start refused for want of GPUs, in the core's words where it has them (free GPUs on
-    different machines, or none of the allowed machines there)."""
-    if short.why:
-        return (
-            f"Profile {profile.display_name!r} cannot start now: {short.why} "
-            "Pick another profile, or try again later."
-        )
-    return (
-        f"Not enough free GPUs: profile {profile.display_name!r} needs {short.needs}, "
-        f"{short.free} of {short.total} are free right now. Try again when another "
-        "server stops, or pick a profile with fewer GPUs."
-    )
 
 
 def _options_from_form(formdata: dict[str, list[str]]) -> dict[str, Any]:

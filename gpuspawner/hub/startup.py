@@ -162,7 +162,6 @@ async def start_broker(app: Any, spawner_class: Any = None) -> Broker:
     monitor.listeners.append(metrics.count_engine_errors)
     monitor.start()
     broker.line.limits_of = functools.partial(_limits_of, app, broker)
-    broker.line.observe = metrics.observe_wait
     _close_line_at_shutdown(app, broker)
     not_slow = slow_starts.install(app.log, broker.line)
     broker.stoppables.append(lambda: app.log.removeFilter(not_slow))

@@ -34,13 +34,15 @@ from ..core.culling import IdleClock
 from ..core.estimates import Holding, next_freeing
 from ..core.limits import LimitExceeded, UserLimits
 from ..core.placement import NotEnoughGPUs
-from ..core.pool import Grant, Holder, Pool
+from ..core.pool import Admission, Grant, Holder, Pool
 from ..core.queue import DEFAULT_RESERVE_AFTER, Outcome, Waiting, in_order, starting_now
 from ..core.units import Kind, Request
 from ..core.words import DEFAULT_GROUP, duration, server_name
 from ..records.waiting import LineRecord, Waited
+from .counters import observe_wait
 
 NOUNS = {Kind.GPU: "GPU", Kind.MIG: "MIG instance", Kind.SHARED: "shared slot"}
+Reserve = Callable[[Holder, Request, Admission], Grant]  # GPUs now, or why not (raises)
 RECENT_USE_TTL = 60.0  # seconds between two reads of everyone's recent use from the ledger
 
 
@@ -61,8 +63,6 @@ class Entry:
     profile: str  # its display name
     request: Request  # what it asks the pool for
     limits: UserLimits
-    reserve: Callable[[Request], Grant]  # GPUs now for (what it asks, narrowed by the line),
-    # or NotEnoughGPUs / LimitExceeded
     result: asyncio.Future[Grant]
     blocked: Exception | None = None  # why it could not start at its last try
 
@@ -107,18 +107,18 @@ class Line:
         clock: Callable[[], float],
         log: logging.Logger,
         *,
+        reserve: Reserve,
         reserve_after: float = DEFAULT_RESERVE_AFTER,
         recent_use: Callable[[float], Mapping[int, float]] | None = None,
         record: LineRecord | None = None,
     ) -> None:
         self.pool, self.idle, self.clock, self.log = pool, idle, clock, log
+        self.reserve = reserve  # the broker's one way to take GPUs, for whoever's turn it is
         self.reserve_after = reserve_after
         self.recent_use = recent_use or (lambda now: {})
         self.record = record
-        # Set by the hub at start: each user's limits (for the estimates' clocks), and the
-        # wait-time metric.
+        # Set by the hub at start: each user's limits (for the estimates' clocks).
         self.limits_of: Callable[[int], UserLimits | None] = lambda user_id: None
-        self.observe: Callable[[str, float], None] = lambda outcome, seconds: None
         self._entries: dict[int, Entry] = {}
         self._order: list[int] = []  # the waiting keys in line order, as of the last pass
         self._reserving: set[int] = set()  # the heads freed units gather for
@@ -135,11 +135,10 @@ class Line:
         profile: str,
         request: Request,
         limits: UserLimits,
-        reserve: Callable[[Request], Grant],
     ) -> Grant:
         """GPUs for a start: now if its turn has come, else once it comes, within max_wait.
 
-        Raises what `reserve` raises where waiting cannot help (max_wait 0: today's
+        Raises what reserving raises where waiting cannot help (max_wait 0: today's
         refusal; a limit other than the group's quota), and WaitEnded when the wait ends
         without GPUs.
         """
@@ -153,7 +152,7 @@ class Line:
             holder.spawner_id, holder.user_id, group, priority, weight, arrived, patient
         )
         result = asyncio.get_running_loop().create_future()
-        entry = Entry(waiting, holder, slug, profile, request, limits, reserve, result)
+        entry = Entry(waiting, holder, slug, profile, request, limits, result)
         outcome = "cancelled"  # unless the wait ends otherwise: JupyterHub cancelled the spawn
         try:
             self._entries[waiting.key] = entry
@@ -191,7 +190,7 @@ class Line:
                     self.run()
                 else:  # it held nothing back: only the places behind it moved
                     self._moved()
-            self.observe(outcome, self.clock() - entry.waiting.arrived)
+            observe_wait(outcome, self.clock() - entry.waiting.arrived)
 
     def _places(self, user_id: int, limits: UserLimits) -> int:
         """How many starts this user may have waiting: each holds one of JupyterHub's
@@ -292,7 +291,7 @@ class Line:
         """Try to reserve for one waiter, in line order: the pool decides and takes at once."""
         entry = self._entries[waiting.key]
         try:
-            grant = entry.reserve(request or entry.request)
+            grant = self.reserve(entry.holder, request or entry.request, entry.limits.admit)
         except NotEnoughGPUs as short:
             entry.blocked = short
             if self.pool.on_one_machine(entry.request) < entry.request.count:  # never fits

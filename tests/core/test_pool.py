@@ -58,7 +58,7 @@ def test_a_refused_allocation_takes_nothing():
     with pytest.raises(NotEnoughGPUs):
         pool.allocate(server(1), 3)
 
-    def refuse(usage, weight):
+    def refuse(weight, user_id, usage):
         raise PermissionError("over the limit")
 
     with pytest.raises(PermissionError):
@@ -76,9 +76,9 @@ def test_a_server_cannot_allocate_twice():
 
 def test_usage_is_counted_by_user_id_so_a_rename_changes_nothing():
     pool = Pool(UUIDS[:4])
-    pool.allocate(Holder(1, 7, "ann", "a"), 1, admit=lambda usage, weight: "students")
-    pool.allocate(Holder(2, 7, "ann-renamed", "b"), 1, admit=lambda usage, weight: "students")
-    pool.allocate(Holder(3, 8, "bob"), 1, admit=lambda usage, weight: None)
+    pool.allocate(Holder(1, 7, "ann", "a"), 1, admit=lambda *_: "students")
+    pool.allocate(Holder(2, 7, "ann-renamed", "b"), 1, admit=lambda *_: "students")
+    pool.allocate(Holder(3, 8, "bob"), 1)
     usage = pool.usage()
     assert usage.by_group == {"students": 2}
     assert usage.by_user == {7: 2, 8: 1}

@@ -93,12 +93,12 @@ def test_slices_and_slots_are_packed_onto_the_fullest_gpu_or_spread():
 def test_limits_see_gpu_equivalents_before_the_choice_is_kept():
     pool = Pool(machine())
     seen = []
-    pool.allocate(server(1), SLICE, admit=lambda usage, weight: seen.append(weight))
-    pool.allocate(server(2, user=1), SLOT, admit=lambda usage, weight: seen.append(weight))
+    pool.allocate(server(1), SLICE, admit=lambda weight, *_: seen.append(weight))
+    pool.allocate(server(2, user=1), SLOT, admit=lambda weight, *_: seen.append(weight))
     assert seen == [Fraction(1, 7), Fraction(1, 4)]
     assert pool.usage().by_user == {1: Fraction(11, 28)}
 
-    def refuse(usage, weight):
+    def refuse(weight, user_id, usage):
         raise PermissionError(f"{weight} over the limit")
 
     with pytest.raises(PermissionError, match="1/7 over"):

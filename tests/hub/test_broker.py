@@ -5,16 +5,19 @@ reader); the broker's calls to Docker itself are tested in-process on the real
 engine (tests/hub/test_inprocess.py) and on the real stack (tests/stack).
 """
 
+import dataclasses
 import logging
 
 import pytest
 
 from gpuspawner.config.settings import GPUSettings
 from gpuspawner.config.site import GPUSite
+from gpuspawner.core.limits import Limited
 from gpuspawner.core.pool import DeviceState, Grant, Holder
 from gpuspawner.core.units import bare
 from gpuspawner.engine import docker as engine
 from gpuspawner.hub.broker import Broker, KnownServers
+from gpuspawner.hub.refusals import Refused
 from gpuspawner.records.ledger import Ledger
 
 LOG = logging.getLogger("test")
@@ -169,7 +172,7 @@ def test_gpus_come_back_when_the_outside_containers_go():
 def test_a_container_holding_more_than_its_grant_keeps_the_extra_out():
     broker = broker_with(2)
     u = broker.pool.ids
-    granted = broker.reserve(ANN, 1, admit=lambda usage, weight: None).uuids
+    granted = broker.reserve(ANN, 1).uuids
     other = next(x for x in u if x not in granted)
     broker.note_containers([ours(ANN, (*granted, other), "jupyter-ann")], {})
     assert broker.pool.states()[other] is DeviceState.EXTERNAL
@@ -210,8 +213,8 @@ def test_recovery_keeps_the_ledger_through_a_hub_crash(tmp_path):
         )
 
     before = hub()
-    ann = before.reserve(ANN, 2, admit=lambda usage, weight: None)
-    bob = before.reserve(BOB, 1, admit=lambda usage, weight: None)
+    ann = before.reserve(ANN, 2)
+    bob = before.reserve(BOB, 1)
     clock[0] += 60
     before.ledger.seen(clock[0], {ANN.spawner_id: True, BOB.spawner_id: True})  # then kill -9
     clock[0] += 540
@@ -232,3 +235,30 @@ def test_recovery_keeps_the_ledger_through_a_hub_crash(tmp_path):
     assert by_user["ann"].end is None
     assert by_user["ann"].busy_seconds == pytest.approx(70)  # 60 + 10; not the 540 away
     assert by_user["bob"].end == 1200.0  # when Docker says its container stopped
+
+
+async def test_one_call_takes_a_servers_gpus_or_says_in_words_why_not():
+    profiles = [
+        {"display_name": "CPU only", "slug": "cpu", "gpus": 0},
+        {"display_name": "1 GPU", "slug": "gpu-1", "gpus": 1},
+        {"display_name": "2 GPUs", "slug": "gpu-2", "gpus": 2},
+    ]
+    site = GPUSite.from_config(GPUSettings(simulate_gpus=2, profiles=profiles))
+    broker = Broker(site, engine.DockerEngine(client=None), HUB, LOG)
+    cpu, one, two = site.profiles
+    anyone = site.limits.for_user(set())
+    students = dataclasses.replace(anyone, max_gpus_per_server=Limited(1, "students"))
+    assert (await broker.take(ANN, cpu, anyone)).units == ()  # CPU only: held nothing
+    assert not broker.pool.grants()
+    assert len((await broker.take(ANN, one, anyone)).units) == 1
+    with pytest.raises(Refused) as over:
+        await broker.take(BOB, two, students)
+    assert (over.value.reason, over.value.status, over.value.counted) == ("limit", 403, True)
+    assert "one server may hold at most 1 GPU (max_gpus_per_server of group students)" in str(
+        over.value
+    )
+    with pytest.raises(Refused) as short:
+        await broker.take(BOB, two, anyone)
+    assert (short.value.reason, short.value.status) == ("capacity", 409)
+    assert str(short.value).startswith("Not enough free GPUs: profile '2 GPUs' needs 2, 1 of 2")
+    assert [g.holder for g in broker.pool.grants()] == [ANN]  # refusals took nothing

@@ -240,7 +240,7 @@ def test_a_full_quota_says_one_thing_wait_in_line_or_try_again():
     """A student at their group's quota reads what would happen: the wait where they may
     wait, the refusal (and when to try again) where they may not; never both."""
     pool = Pool([g.uuid for g in GPUS])
-    pool.allocate(Holder(9, BOB, "bob"), 1, admit=lambda usage, weight: "course")
+    pool.allocate(Holder(9, BOB, "bob"), 1, admit=lambda *_: "course")
     quota = "Members of group course already hold 1 of their 1 GPU (max_gpus_group of group "
     quota += "course); this profile asks for 1 more."
     waiting, _ = rows_for(ANN, {"course"}, pool, {"course": {"max_gpus_group": 1, "max_wait": 600}})

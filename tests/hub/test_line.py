@@ -6,10 +6,12 @@ import asyncio
 import dataclasses
 import logging
 import sqlite3
+from collections import Counter
 from fractions import Fraction
 
 import pytest
 from engines import GoneEngine
+from prometheus_client import REGISTRY
 
 from gpuspawner.config.settings import GPUSettings
 from gpuspawner.config.site import GPUSite
@@ -19,6 +21,7 @@ from gpuspawner.core.pool import Grant, Holder
 from gpuspawner.core.units import Request, bare
 from gpuspawner.core.usage import HOUR
 from gpuspawner.hub.broker import Broker
+from gpuspawner.hub.counters import WAIT_OUTCOMES
 from gpuspawner.hub.waiting import WaitEnded
 from gpuspawner.records.ledger import Ledger
 from gpuspawner.records.waiting import LineRecord
@@ -50,11 +53,7 @@ def start(broker, key, group, gpus=1, user_id=None, request=None, server=""):
     limits = broker.site.limits.for_user({group} if group else set())
     request = request or Request(gpus=gpus)
 
-    def reserve(asked):
-        admit = lambda usage, weight: limits.admit(weight, user_id, usage)  # noqa: E731
-        return broker.reserve(holder, asked, admit=admit)
-
-    line = broker.line.take(holder, f"gpu-{gpus}", f"{gpus} GPU", request, limits, reserve)
+    line = broker.line.take(holder, f"gpu-{gpus}", f"{gpus} GPU", request, limits)
     return asyncio.ensure_future(line)
 
 
@@ -331,9 +330,23 @@ async def test_an_admin_can_remove_an_entry_and_its_start_is_told(broker):
     assert str(ended.value).startswith("An admin removed the start of your default server from")
 
 
+def waits_measured() -> Counter[str]:
+    """gpuspawner_wait_duration_seconds' count by outcome, as /hub/metrics has it."""
+    return Counter(
+        {
+            outcome: int(
+                REGISTRY.get_sample_value(
+                    "gpuspawner_wait_duration_seconds_count", {"outcome": outcome}
+                )
+                or 0
+            )
+            for outcome in WAIT_OUTCOMES
+        }
+    )
+
+
 async def test_every_wait_is_measured_with_how_it_ended(broker):
-    ended = []
-    broker.line.observe = lambda outcome, seconds: ended.append(outcome)
+    before = waits_measured()
     held = await fill(broker)
     cancelled, started = start(broker, 1, "researchers"), start(broker, 2, "researchers")
     await settle()
@@ -343,7 +356,7 @@ async def test_every_wait_is_measured_with_how_it_ended(broker):
     await asyncio.wait_for(started, 10)
     with pytest.raises(NotEnoughGPUs):
         await start(broker, 3, None)
-    assert ended == ["started"] * 4 + ["cancelled", "started", "refused"]
+    assert waits_measured() - before == Counter(started=5, cancelled=1, refused=1)
 
 
 async def test_a_slice_waits_for_a_slice_and_is_told_so():

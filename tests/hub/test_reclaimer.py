@@ -45,16 +45,12 @@ class Hub:
         await self.release.wait()
 
 
-def admit(usage, weight):
-    return None
-
-
 async def test_a_stop_runs_beside_the_ticks_and_only_once():
     now = [1000.0]
     broker = broker_at(now, max_age=HOUR)
     hub = Hub()
     reclaimer = Reclaimer(hub, broker, LOG)
-    broker.reserve(ANN, 1, admit)
+    broker.reserve(ANN, 1)
     now[0] += 2 * HOUR
     await asyncio.wait_for(reclaimer(Observation({}, [])), 1)  # returns with the stop running
     await asyncio.sleep(0)
@@ -72,11 +68,11 @@ async def test_a_server_that_started_again_since_the_verdict_is_not_stopped():
     hub = Hub()
     hub.release.set()
     reclaimer = Reclaimer(hub, broker, LOG)
-    old = broker.reserve(ANN, 1, admit)
+    old = broker.reserve(ANN, 1)
     now[0] += 2 * HOUR
     await reclaimer(Observation({}, []))  # judged over its max_age; its stop is on its way
     broker.pool.release(old.key)  # meanwhile it stopped, and started again
-    broker.reserve(ANN, 1, admit)
+    broker.reserve(ANN, 1)
     await asyncio.sleep(0)
     assert hub.stops == []
     broker.executor.shutdown(wait=False)
@@ -85,10 +81,10 @@ async def test_a_server_that_started_again_since_the_verdict_is_not_stopped():
 def test_a_new_grant_of_the_same_server_starts_a_fresh_idle_clock():
     now = [1000.0]
     broker = broker_at(now)
-    old = broker.reserve(ANN, 1, admit)
+    old = broker.reserve(ANN, 1)
     broker.idle.update(old.key, False, now[0])  # idle since 1000
     broker.pool.release(old.key)  # stopped and started again between two ticks
-    broker.reserve(ANN, 1, admit)
+    broker.reserve(ANN, 1)
     assert old.key not in broker.idle.idle_since
 
 

@@ -1,0 +1,45 @@
+"""Why a start got no GPUs, in the words its user reads: what `Broker.take` raises.
+
+The core refuses in its own terms (not enough free GPUs, a limit, a wait that ended);
+here each becomes one `Refused`, with the words for the spawn page, the reason the
+refusal counter counts it under and the HTTP status of the answer.
+"""
+
+from __future__ import annotations
+
+from ..core.limits import LimitExceeded
+from ..core.placement import NotEnoughGPUs
+from ..core.profiles import Profile
+from .waiting import WaitEnded
+
+
+class Refused(Exception):
+    """A start that gets no GPUs. `counted`: a refusal (the metric counts it by `reason`);
+    False for an admin's decision, such as taking the start out of the line."""
+
+    def __init__(self, message: str, reason: str, status: int, counted: bool = True) -> None:
+        super().__init__(message)
+        self.message, self.reason, self.status, self.counted = message, reason, status, counted
+
+
+def refused(profile: Profile, error: LimitExceeded | NotEnoughGPUs | WaitEnded) -> Refused:
+    if isinstance(error, LimitExceeded):
+        return Refused(str(error), "limit", 403)
+    if isinstance(error, NotEnoughGPUs):
+        return Refused(not_enough(profile, error), "capacity", 409)
+    return Refused(str(error), error.reason, 409, counted=error.outcome != "removed")
+
+
+def not_enough(profile: Profile, short: NotEnoughGPUs) -> str:
+    """A start refused for want of GPUs, in the core's words where it has them (free GPUs on
+    different machines, or none of the allowed machines there)."""
+    if short.why:
+        return (
+            f"Profile {profile.display_name!r} cannot start now: {short.why} "
+            "Pick another profile, or try again later."
+        )
+    return (
+        f"Not enough free GPUs: profile {profile.display_name!r} needs {short.needs}, "
+        f"{short.free} of {short.total} are free right now. Try again when another "
+        "server stops, or pick a profile with fewer GPUs."
+    )
