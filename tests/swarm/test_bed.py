@@ -77,9 +77,12 @@ def test_every_node_takes_gpu_device_requests_as_the_main_engine_does(swarm: Swa
         )
         try:
             container.reload()
-            # Docker hands the GPUs to the init process at start, not in the config.
-            environ = Path(f"/proc/{container.attrs['State']['Pid']}/environ").read_bytes()
-            assert f"NVIDIA_VISIBLE_DEVICES={','.join(gpus)}".encode() in environ.split(b"\0")
+            # Docker hands the GPUs to the init process at start, not in the config; runc's
+            # own environment comes first, until the command runs.
+            proc = Path(f"/proc/{container.attrs['State']['Pid']}/environ")
+            expected = f"NVIDIA_VISIBLE_DEVICES={','.join(gpus)}".encode()
+            wait_for(lambda p=proc: b"GOMAXPROCS" not in p.read_bytes(), "the command running")
+            assert expected in proc.read_bytes().split(b"\0")
         finally:
             container.remove(force=True)
 

@@ -55,10 +55,11 @@ class Made:
     def containers(self, node: str, service_id: str) -> list[dict[str, Any]]:
         label = f"com.docker.swarm.service.id={service_id}"
         api = self.swarm.clients[node].api
-        return [
-            api.inspect_container(c["Id"])
-            for c in api.containers(all=True, filters={"label": label})
-        ]
+        found = []
+        for listed in api.containers(all=True, filters={"label": label}):
+            with contextlib.suppress(docker.errors.NotFound):  # gone between list and inspect
+                found.append(api.inspect_container(listed["Id"]))
+        return found
 
     def remove_all(self) -> None:
         for service_id in self.ids:
