@@ -46,7 +46,7 @@ for _outcome in WAIT_OUTCOMES:
 
 
 def observe_wait(outcome: str, seconds: float) -> None:
-    """The waiting line's hook: one wait ended."""
+    """One wait in the line ended (the line counts each as it ends)."""
     WAIT_SECONDS.labels(outcome).observe(seconds)
 
 
