@@ -47,6 +47,9 @@ interface ILease {
 }
 
 const DEFAULT_INTERVAL = 30_000;
+// After a failed read the poll asks again this soon, then backs off (a hub slow for a moment
+// must not leave "unknown" in the status bar for the 30 s to 90 s of DEFAULT_INTERVAL's backoff).
+const RETRY_INTERVAL = 5_000;
 
 async function readLease(
   settings: ServerConnection.ISettings
@@ -165,7 +168,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
           lease = await readLease(settings);
         } catch (error) {
           item.fail(String(error));
-          throw error; // the poll backs off
+          poll.frequency = { ...poll.frequency, interval: RETRY_INTERVAL };
+          throw error; // the poll backs off from RETRY_INTERVAL
         }
         item.display(lease);
         warnings.show(lease ? lease.warning : null);

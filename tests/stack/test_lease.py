@@ -11,6 +11,7 @@ import pytest
 import requests
 from browser import log_in
 from realhub import PASSWORD, Hub
+from selenium.common.exceptions import TimeoutException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
@@ -83,13 +84,28 @@ def text_of(driver, css: str) -> str:
     return found[0].text if found and found[0].is_displayed() else ""
 
 
+def lease_shown(driver) -> str:
+    """The status bar's lease, once read: a read that failed says "unknown" until a retry."""
+    summary = text_of(driver, "#gpuspawner-lease")
+    return "" if summary == "GPU lease: unknown" else summary
+
+
+def lease_title(driver) -> str:
+    """What the status bar item says on hover: after a failed read, why it failed."""
+    found = driver.find_elements(By.ID, "gpuspawner-lease")
+    return found[0].get_attribute("title") if found else "no status bar item"
+
+
 def test_jupyterlab_shows_the_lease_and_warns_before_the_cull(hub: Hub, browser):
     [uuid] = hub.held_uuids("alice")
     log_in(browser, hub.url, "alice", PASSWORD)
     WebDriverWait(browser, 30).until(lambda d: "/hub/login" not in d.current_url)
     browser.get(f"{hub.url}/user/alice/lab")  # through the hub's OAuth, into JupyterLab
     wait = WebDriverWait(browser, 90, poll_frequency=0.5)
-    summary = wait.until(lambda d: text_of(d, "#gpuspawner-lease"))
+    try:
+        summary = wait.until(lease_shown)
+    except TimeoutException:
+        pytest.fail(f"the lease was never read: {lease_title(browser)}")
     assert re.fullmatch(r"1 GPU · (\d+ s|[12] min) left", summary), summary
 
     # the GPU extensions of the image are loaded beside ours
