@@ -25,7 +25,7 @@ from docker.errors import APIError, DockerException
 from docker.models.containers import Container
 from docker.models.images import Image
 
-from ..engine.docker import LABEL_SERVER, LABEL_USER
+from ..engine.docker import LABEL_SERVER, LABEL_USER, seen
 from . import homes, hubconfig
 
 IMAGE_LABEL = "gpuspawner.image"  # set by the Dockerfiles in images/
@@ -61,7 +61,8 @@ def main(args: argparse.Namespace) -> int:
 
 
 def make_plan(client: docker.DockerClient, prefix: str = "", labels: Iterable[str] = ()) -> Plan:
-    """Our stopped containers whose names start with `prefix`, and the images to go with them.
+    """The stopped containers of the hub whose c.DockerSpawner.prefix is `prefix` (""; of any
+    hub), told as the hub tells its own (`Seen.of_hub`), and the images to go with them.
 
     `labels` ("KEY" or "KEY=VALUE") narrow both to those that carry them too.
     """
@@ -73,7 +74,7 @@ def make_plan(client: docker.DockerClient, prefix: str = "", labels: Iterable[st
             filters={"label": [LABEL_USER, *labels], "status": STOPPED},
             ignore_removed=True,
         )
-        if c.name.startswith(prefix)
+        if not prefix or seen(c.attrs).of_hub(prefix)
     ]
     going = {c.id for c in stopped}
     in_use = {

@@ -178,8 +178,8 @@ def _prefix_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--prefix",
         default="",
-        help="only servers whose container names start with this (c.DockerSpawner.prefix), "
-        "where several hubs share one Docker engine",
+        help="only the servers of the hub with this c.DockerSpawner.prefix, where several "
+        "hubs share one Docker engine (another hub's servers count as used outside it)",
     )
 
 

@@ -38,7 +38,7 @@ class Server:
     """One of gpuspawner's running servers, and the GPUs its container reaches."""
 
     labels: ServerLabels
-    uuids: frozenset[str]
+    units: frozenset[str]  # the units it holds, by id (Seen.units_held, as the hub reads it)
 
     @property
     def name(self) -> str:
@@ -50,7 +50,7 @@ class Holdings:
     """Who holds what, as running containers say."""
 
     servers: list[Server] = field(default_factory=list)
-    external: dict[str, list[str]] = field(default_factory=dict)  # UUID → containers not ours
+    external: dict[str, list[str]] = field(default_factory=dict)  # UUID → holders not ours
     unknown: set[str] = field(default_factory=set)  # devices this host does not have
 
 
@@ -99,10 +99,13 @@ def _where(
     return engine, source, list(site.spawner.exclude_gpus), dict(site.spawner.shared_gpus)
 
 
-def scan(seen: Iterable[Seen], inventory: Inventory, prefix: str = "") -> Holdings:
-    """Our running servers (those whose container names start with `prefix`) and every other
-    running container that reaches a GPU, however it asked for it (indices are its node's)."""
+def scan(seen: Iterable[Seen], inventory: Inventory, hub: str = "") -> Holdings:
+    """The running servers of `hub` (its c.DockerSpawner.prefix; "": of any hub), and every
+    other running container that reaches a GPU, however it asked for it (indices are its
+    node's). Who holds what is read as the hub reads it (`Seen.of_hub`, `Seen.units_held`):
+    another hub's server is a holder from outside, as it is to this hub."""
     holdings = Holdings()
+    units = inventory.units
     for container in seen:
         if not container.running:
             continue
@@ -114,11 +117,13 @@ def scan(seen: Iterable[Seen], inventory: Inventory, prefix: str = "") -> Holdin
         holdings.unknown |= {
             d for d in container.reach.ids if d not in by_index and d not in machine
         }
-        if container.server is None:
+        if container.server is not None and container.of_hub(hub):
+            held = frozenset(container.units_held(uuids, units))
+            holdings.servers.append(Server(container.server, held))
+        else:
+            whose = "another hub" if container.server is not None else "not gpuspawner"
             for uuid in uuids:
-                holdings.external.setdefault(uuid, []).append(container.name)
-        elif container.name.startswith(prefix):
-            holdings.servers.append(Server(container.server, uuids))
+                holdings.external.setdefault(uuid, []).append(f"{container.name} ({whose})")
     return holdings
 
 
@@ -134,12 +139,12 @@ def pool_rows(
     for gpu in gpus:
         units = units_of(gpu, (shared or {}).get(gpu.uuid))
         for unit in units or (_mig_mode_empty(gpu),):
-            servers = [s for s in holdings.servers if _holds(s, unit)]
+            servers = [s for s in holdings.servers if unit.id in s.units]
             holders = [s.name for s in servers]
             outside = holdings.external.get(unit.device, [])
             if unit.gpu != unit.device:
                 outside = [*outside, *holdings.external.get(unit.gpu, [])]
-            holders += [f"{name} (not gpuspawner)" for name in dict.fromkeys(outside)]
+            holders += list(dict.fromkeys(outside))
             since = min(
                 (s.labels.since for s in servers if s.labels.since is not None), default=None
             )
@@ -154,14 +159,6 @@ def pool_rows(
             excluded_here = gpu in excluded
             rows.append(PoolRow(gpu, unit, sample, tuple(holders), since, excluded_here, not units))
     return rows
-
-
-def _holds(server: Server, unit: Unit) -> bool:
-    """A shared GPU's slot is held by the server whose labels name it; anything else by the
-    server whose container reaches it."""
-    if unit.kind is Kind.SHARED:
-        return unit.id in server.labels.units
-    return unit.device in server.uuids
 
 
 def _mig_mode_empty(gpu: GPU) -> Unit:
@@ -240,7 +237,7 @@ def _summary(rows: Sequence[PoolRow], holdings: Holdings) -> list[str]:
     unhealthy = [f"GPU {index} ({health})" for index, health in sorted(sick)]
     if unhealthy:
         lines.append(f"Unhealthy, not handed out: {', '.join(unhealthy)}.")
-    cpu_only = sorted(s.name for s in holdings.servers if not s.uuids)
+    cpu_only = sorted(s.name for s in holdings.servers if not s.units)
     if cpu_only:
         lines.append(f"CPU-only servers: {', '.join(cpu_only)}.")
     if holdings.unknown:

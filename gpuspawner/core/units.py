@@ -48,6 +48,12 @@ class Kind(StrEnum):
     MIG = "mig"  # one MIG instance, for one server alone
     SHARED = "shared"  # one slot of a GPU that several servers use at once
 
+    @property
+    def held_by_reach(self) -> bool:
+        """Whether a container that reaches its device holds it: a whole GPU or a MIG instance,
+        yes; a shared GPU's slot only when the server's labels name it."""
+        return self is not Kind.SHARED
+
 
 @dataclass(frozen=True)
 class Unit:

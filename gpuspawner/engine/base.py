@@ -9,10 +9,12 @@ on the broker's side of this seam imports `docker`.
 from __future__ import annotations
 
 import fnmatch
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
 from ..core.reach import Reach
+from ..core.units import Unit
 
 
 @dataclass(frozen=True)
@@ -48,6 +50,32 @@ class Seen:
     finished_at: float | None = None  # a stopped container: when it stopped, as Docker says
     node: str = ""  # the machine it runs on (GPU.node: a Swarm node's hostname); "" on one host
     container_id: str = ""  # a Swarm task's container on its node (`id` is the task's)
+
+    # --- the durable record: who holds what, read alike by the hub and the CLI ---------------
+    def of_hub(self, hub: str) -> bool:
+        """One of `hub`'s servers (hub: its DockerSpawner.prefix; several hubs may share one
+        engine). "" means any hub's. Containers labelled by gpuspawner 0.1 name no hub: those
+        are told by their name, which starts with the prefix."""
+        if self.server is None:
+            return False
+        if not hub:
+            return True
+        if self.server.hub:
+            return self.server.hub == hub
+        return self.name.startswith(f"{hub}-")
+
+    def units_held(self, reached: Collection[str], units: Iterable[Unit]) -> list[str]:
+        """The units (by id) a running server holds, of `units`: those its labels name that
+        its device request reaches (`reached`). Containers labelled before units were
+        (gpuspawner 0.1) name none: theirs are the whole GPUs and MIG instances they reach.
+        A shared GPU's slot is never guessed: a container reaching a shared GPU without
+        naming its slot holds none, and the GPU stays out of the pool while it runs."""
+        if self.server is None:
+            return []
+        by_id = {u.id: u for u in units}
+        if self.server.units:
+            return [i for i in self.server.units if i in by_id and by_id[i].device in reached]
+        return sorted(i for i, u in by_id.items() if u.device in reached and u.kind.held_by_reach)
 
 
 @dataclass(frozen=True)

@@ -186,7 +186,7 @@ class Broker:
                     container.label_problem,
                 )
                 continue
-            if not (container.running and self.is_ours(container)):
+            if not (container.running and container.of_hub(self.hub)):
                 continue
             labels = container.server
             assert labels is not None
@@ -198,9 +198,10 @@ class Broker:
                 ids = (labels.spawner_id, labels.user_id)
             holder = Holder(ids[0], ids[1], labels.user, labels.server)
             try:
-                grant = self.pool.adopt(
-                    holder, self._held_by(container), labels.since, labels.quota_group
+                held = container.units_held(
+                    self.site.inventory.reached(container.reach, container.node), self.pool.units
                 )
+                grant = self.pool.adopt(holder, held, labels.since, labels.quota_group)
             except AlreadyHolding as conflict:
                 self.log.error(
                     "gpuspawner: container %s not adopted: %s; those GPUs stay out of the "
@@ -243,7 +244,7 @@ class Broker:
             labels = container.server
             if container.finished_at is None or labels is None or not labels.spawner_id:
                 continue
-            if self.is_ours(container):
+            if container.of_hub(self.hub):
                 key = labels.spawner_id
                 stopped[key] = max(stopped.get(key, 0.0), container.finished_at)
         running = [g.key for g in self.pool.grants()]
@@ -257,30 +258,6 @@ class Broker:
             )
         ledger.seen(self.clock(), {})
 
-    def _held_by(self, container: Seen) -> list[str]:
-        """The units a running server of ours holds: those its labels name that its device
-        request reaches. Containers labelled before units were (gpuspawner 0.1) name none:
-        theirs are the whole GPUs and MIG instances they reach. A shared GPU's slot is
-        never guessed: a container reaching a shared GPU without naming its slot holds
-        none, and the GPU stays out of the pool while it runs."""
-        assert container.server is not None
-        reached = self.site.inventory.reached(container.reach, container.node)
-        units = {u.id: u for u in self.pool.units}
-        if container.server.units:
-            return [i for i in container.server.units if i in units and units[i].device in reached]
-        return sorted(
-            i for i, u in units.items() if u.device in reached and u.kind is not Kind.SHARED
-        )
-
-    def is_ours(self, container: Seen) -> bool:
-        """One of this hub's servers (another hub may share the engine)."""
-        labels = container.server
-        if labels is None:
-            return False
-        if labels.hub:
-            return labels.hub == self.hub
-        return container.name.startswith(f"{self.hub}-")  # labelled by gpuspawner 0.1
-
     # --- what runs, each monitor tick -----------------------------------------
     def note_containers(self, containers: list[Seen], foreign_processes: dict[str, str]) -> None:
         """Keep GPUs and MIG instances that running containers reach out of the pool, unless
@@ -292,7 +269,7 @@ class Broker:
             if not container.running or self.look_past.skips(container):
                 continue
             grant = None
-            if container.server and container.server.spawner_id and self.is_ours(container):
+            if container.server and container.server.spawner_id and container.of_hub(self.hub):
                 grant = self.pool.grant_of(container.server.spawner_id)
             for device in self.site.inventory.reached(container.reach, container.node):
                 if grant is None or device not in grant.uuids:

@@ -194,7 +194,7 @@ class Monitor:
             for seen in observation.containers
             if seen.server is not None
             and seen.server.spawner_id == grant.key
-            and self.broker.is_ours(seen)
+            and seen.of_hub(self.broker.hub)
             for name in (seen.id, seen.name, seen.container_id)
             if name
         }

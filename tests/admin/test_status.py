@@ -36,9 +36,9 @@ def inspected(name, labels=None, devices=()):
     )
 
 
-def ours(name, user, server, devices, since=NOW - 7500):
+def ours(name, user, server, devices, since=NOW - 7500, hub="jupyter"):
     grant = Grant(Holder(1, 1, user, server), tuple(map(bare, devices)), since)
-    return inspected(name, engine.labels(grant, "jupyter"), devices)
+    return inspected(name, engine.labels(grant, hub), devices)
 
 
 def table(output: str) -> dict[str, list[str]]:
@@ -56,10 +56,10 @@ def test_rows_name_each_gpus_holders_and_load():
             ours("jupyter-ann--train", "ann", "train", UUIDS[0:2]),
             ours("jupyter-bob", "bob", "", []),
             inspected("batch-job", devices=["3"]),  # by index, not ours
-            ours("otherhub-cat", "cat", "", UUIDS[4:5]),
+            ours("otherhub-cat", "cat", "", UUIDS[4:5], hub="otherhub"),
         ],
         Inventory(GPUS[:7], [GPUS[7]], []),
-        prefix="jupyter-",
+        hub="jupyter",
     )
     samples = {u: Telemetry(0.0, 0, 30.0) for u in UUIDS}
     samples[UUIDS[0]] = Telemetry(87.0, 12 * 2**30, 71.0)
@@ -73,12 +73,12 @@ def test_rows_name_each_gpus_holders_and_load():
     assert cells["0"][2].startswith(time.strftime("%Y-%m-%d %H:%M", time.localtime(NOW - 7500)))
     assert cells["1"][1] == "ann/train"
     assert cells["3"][1] == "batch-job (not gpuspawner)"
-    assert cells["4"][1] == "free"  # another hub's server: not shown under this prefix
+    assert cells["4"][1] == "otherhub-cat (another hub)"  # held from outside, as the hub sees it
     assert cells["5"][1] == "unhealthy" and cells["5"][-1] == "needs a reset"
     assert cells["7"][1] == "excluded"
     assert cells["2"][-2:] == [UUIDS[2], "ok"]
     assert output.splitlines()[-3:] == [
-        "3 of 7 GPU(s) free.",
+        "2 of 7 GPU(s) free.",
         "Unhealthy, not handed out: GPU 5 (needs a reset).",
         "CPU-only servers: bob.",
     ]
