@@ -9,9 +9,9 @@ import dataclasses
 import logging
 
 import pytest
+from brokers import a_broker
 
 from gpuspawner.config.settings import GPUSettings
-from gpuspawner.config.site import GPUSite
 from gpuspawner.core.limits import Limited
 from gpuspawner.core.pool import DeviceState, Grant, Holder
 from gpuspawner.core.units import bare
@@ -25,8 +25,7 @@ HUB = "jupyter"
 
 
 def broker_with(gpus: int = 4, ignore: tuple[str, ...] = ()) -> Broker:
-    site = GPUSite.from_config(GPUSettings(simulate_gpus=gpus))
-    return Broker(site, engine.DockerEngine(client=None), HUB, LOG, ignore_containers=ignore)
+    return a_broker(gpus=gpus, ignore_containers=ignore)
 
 
 def ours(holder: Holder, uuids: tuple[str, ...], name: str, hub: str = HUB, **labels) -> object:
@@ -193,13 +192,9 @@ def test_recovery_keeps_the_ledger_through_a_hub_crash(tmp_path):
     whose container stopped meanwhile ends when Docker says it did."""
     clock = [1000.123456]
     path = tmp_path / "usage.sqlite"
-    site = GPUSite.from_config(GPUSettings(simulate_gpus=4))
 
     def hub() -> Broker:
-        ledger = Ledger(path)
-        return Broker(
-            site, engine.DockerEngine(None), HUB, LOG, clock=lambda: clock[0], ledger=ledger
-        )
+        return a_broker(gpus=4, clock=lambda: clock[0], ledger=Ledger(path))
 
     def container(grant, name: str, **state) -> object:
         return engine.seen(
@@ -243,8 +238,8 @@ async def test_one_call_takes_a_servers_gpus_or_says_in_words_why_not():
         {"display_name": "1 GPU", "slug": "gpu-1", "gpus": 1},
         {"display_name": "2 GPUs", "slug": "gpu-2", "gpus": 2},
     ]
-    site = GPUSite.from_config(GPUSettings(simulate_gpus=2, profiles=profiles))
-    broker = Broker(site, engine.DockerEngine(client=None), HUB, LOG)
+    broker = a_broker(GPUSettings(simulate_gpus=2, profiles=profiles))
+    site = broker.site
     cpu, one, two = site.profiles
     anyone = site.limits.for_user(set())
     students = dataclasses.replace(anyone, max_gpus_per_server=Limited(1, "students"))

@@ -10,17 +10,15 @@ from collections import Counter
 from fractions import Fraction
 
 import pytest
-from engines import GoneEngine
+from brokers import a_broker
 from prometheus_client import REGISTRY
 
 from gpuspawner.config.settings import GPUSettings
-from gpuspawner.config.site import GPUSite
 from gpuspawner.core.limits import Limited, LimitExceeded
 from gpuspawner.core.placement import NotEnoughGPUs
 from gpuspawner.core.pool import Grant, Holder
 from gpuspawner.core.units import Request, bare
 from gpuspawner.core.usage import HOUR
-from gpuspawner.hub.broker import Broker
 from gpuspawner.hub.counters import WAIT_OUTCOMES
 from gpuspawner.hub.waiting import WaitEnded
 from gpuspawner.records.ledger import Ledger
@@ -38,9 +36,9 @@ LIMITS = {
 
 @pytest.fixture
 def broker(tmp_path):
-    site = GPUSite.from_config(GPUSettings(simulate_gpus=4, group_limits=LIMITS))
     ledger = Ledger(tmp_path / "usage.sqlite")
-    broker = Broker(site, GoneEngine(), "jupyter", LOG, ledger=ledger, reserve_after=600)
+    settings = GPUSettings(simulate_gpus=4, group_limits=LIMITS)
+    broker = a_broker(settings, ledger=ledger, reserve_after=600)
     yield broker
     broker.executor.shutdown(wait=False)
     broker.line.close()
@@ -253,7 +251,7 @@ async def test_a_reservation_never_idles_a_gpu_its_head_could_not_use():
     """The head waits for 2 H100s; a plain 1-GPU start behind it gets the L40S that frees."""
     host = [{"model": m, "memory": "80G"} for m in ("H100", "H100", "L40S", "L40S")]
     settings = GPUSettings(simulated_host=host, group_limits=LIMITS)
-    broker = Broker(GPUSite.from_config(settings), GoneEngine(), "jupyter", LOG)
+    broker = a_broker(settings)
     broker.line.reserve_after = 0
     held = await fill(broker)
     head = start(broker, 1, "vip", request=Request(gpus=2, gpu_model="H100"))
@@ -367,7 +365,7 @@ async def test_a_slice_waits_for_a_slice_and_is_told_so():
         {"model": "NVIDIA A100-SXM4-80GB", "memory": "80G", "mig": ["3g.40gb"] * 2},
     ]
     settings = GPUSettings(simulated_host=host, group_limits=LIMITS)
-    broker = Broker(GPUSite.from_config(settings), GoneEngine(), "jupyter", LOG)
+    broker = a_broker(settings)
     slice_ = Request(mig_profile="3g.40gb")
     whole_gpu = await start(broker, 1, "researchers")
     slices = [await start(broker, k, "researchers", request=slice_) for k in (2, 3)]
@@ -399,7 +397,7 @@ async def test_a_slice_waiting_long_keeps_slices_not_whole_gpus():
         {"model": "NVIDIA A100-SXM4-80GB", "memory": "80G", "mig": ["3g.40gb"] * 2},
     ]
     settings = GPUSettings(simulated_host=host, group_limits=LIMITS)
-    broker = Broker(GPUSite.from_config(settings), GoneEngine(), "jupyter", LOG, reserve_after=0)
+    broker = a_broker(settings, reserve_after=0)
     slice_ = Request(mig_profile="3g.40gb")
     await start(broker, 1, "researchers")
     for key in (2, 3):

@@ -10,6 +10,7 @@ from dataclasses import replace
 
 import jinja2
 import pytest
+from brokers import a_broker
 from engines import GoneEngine
 from jupyterhub import orm
 from jupyterhub.objects import Hub
@@ -58,8 +59,7 @@ PROFILES = [
 @pytest.fixture
 async def broker():
     """Two machines of 2 GPUs each."""
-    site = GPUSite.from_config(GPUSettings(group_limits=LIMITS, profiles=PROFILES), Machines(4))
-    broker = Broker(site, GoneEngine(), "jupyter", LOG)
+    broker = a_broker(GPUSettings(group_limits=LIMITS, profiles=PROFILES), source=Machines(4))
     broker.install()
     yield broker
     await broker.shutdown()
@@ -276,7 +276,7 @@ async def test_the_report_says_each_units_machine_and_how_each_machine_stands(br
 
 
 def test_one_hosts_report_names_one_machine_and_its_page_none():
-    broker = Broker(GPUSite.from_config(GPUSettings(simulate_gpus=2)), GoneEngine(), "j", LOG)
+    broker = a_broker(gpus=2)
     report = pool_report(broker)
     assert {row["node"] for row in report["gpus"]} == {""}
     assert report["by_node"] == {"": {"gpu": {"total": 2, "free": 2}}}
@@ -323,7 +323,7 @@ def test_a_gpu_whose_memory_no_one_told_shows_none_not_zero():
     site = GPUSite.from_config(GPUSettings(), Machines(2))
     unknown = replace(site.inventory.gpus[0], memory_total_bytes=0)
     site.inventory.gpus[0] = unknown
-    broker = Broker(site, GoneEngine(), "j", LOG)
+    broker = a_broker(site=site)
     cells = re.findall(r'data-testid="memory">(.*?)</td>', admin_page(pool_report(broker)))
     assert [" ".join(c.split()) for c in cells] == ["–", "80 GiB"]
     broker.telemetry = {unknown.uuid: Telemetry(memory_used_bytes=3 * 2**30)}

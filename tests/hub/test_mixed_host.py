@@ -9,6 +9,7 @@ from fractions import Fraction
 from types import SimpleNamespace
 
 import pytest
+from brokers import a_broker
 
 from gpuspawner.config.settings import GPUSettings
 from gpuspawner.config.site import GPUSite
@@ -47,8 +48,7 @@ def settings(host=HOST, **more) -> GPUSettings:
 
 
 def broker_on(host=HOST, **more) -> Broker:
-    site = GPUSite.from_config(settings(host, **more))
-    return Broker(site, engine.DockerEngine(client=None), HUB, LOG)
+    return a_broker(settings(host, **more))
 
 
 def container(name: str, grant: Grant | None = None, devices=(), **labels) -> object:
@@ -202,11 +202,9 @@ def test_only_the_busy_servers_on_a_shared_gpu_count_as_busy(tmp_path):
     """The monitor's word on busy, which culling and the usage ledger both go by: one busy
     server on a shared GPU is not its neighbours' busy time."""
     load = tmp_path / "load.json"
-    site = GPUSite.from_config(settings(simulated_load_file=str(load)))
     now = [1000.0]
     ledger = Ledger(tmp_path / "usage.sqlite")
-    broker = Broker(site, engine.DockerEngine(client=None), HUB, LOG, clock=lambda: now[0])
-    broker.ledger = ledger
+    broker = a_broker(settings(simulated_load_file=str(load)), clock=lambda: now[0], ledger=ledger)
     ann = broker.reserve(ANN, SLOT)
     bob = broker.reserve(BOB, SLOT)
     cat = broker.reserve(CAT, SLOT)
@@ -317,12 +315,9 @@ def test_the_lease_names_each_unit_held_and_counts_its_share():
 def test_gpu_hours_are_gpu_equivalent_hours_a_slice_an_hour_is_a_seventh(tmp_path):
     """What budgets and reports count: a 1g.10gb instance of a 7-slice A100 held for an
     hour is 1/7 GPU-hour; a slot of the L40S shared by 4, 1/4; an H100, 1."""
-    site = GPUSite.from_config(settings())
     clock = [0.0]
     ledger = Ledger(tmp_path / "usage.sqlite")
-    broker = Broker(
-        site, engine.DockerEngine(client=None), HUB, LOG, clock=lambda: clock[0], ledger=ledger
-    )
+    broker = a_broker(settings(), clock=lambda: clock[0], ledger=ledger)
     for holder, request in ((ANN, SLICE), (BOB, SLOT), (CAT, Request(gpus=1))):
         broker.reserve(holder, request)
     clock[0] = 3600.0

@@ -6,8 +6,9 @@ import logging
 import sqlite3
 from types import SimpleNamespace
 
+from brokers import a_broker
+
 from gpuspawner.config.settings import GPUSettings
-from gpuspawner.config.site import GPUSite
 from gpuspawner.core.pool import DeviceState, Holder
 from gpuspawner.engine import docker as engine
 from gpuspawner.hub.broker import Broker
@@ -20,8 +21,7 @@ HOUR = 3600.0
 
 
 def broker_at(now: list[float], **limits) -> Broker:
-    site = GPUSite.from_config(GPUSettings(simulate_gpus=2, default_limits=limits))
-    return Broker(site, engine.DockerEngine(None), "jupyter", LOG, clock=lambda: now[0])
+    return a_broker(GPUSettings(simulate_gpus=2, default_limits=limits), clock=lambda: now[0])
 
 
 class Hub:

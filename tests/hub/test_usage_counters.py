@@ -1,15 +1,11 @@
 """Prometheus' GPU-seconds held and busy by group, counted from the monitor's ticks."""
 
-import logging
-
+from brokers import a_broker
 from prometheus_client import REGISTRY
 
 from gpuspawner.config.settings import GPUSettings
-from gpuspawner.config.site import GPUSite
 from gpuspawner.core.pool import Holder
 from gpuspawner.core.units import Request
-from gpuspawner.engine import docker as engine
-from gpuspawner.hub.broker import Broker
 from gpuspawner.hub.metrics import UsageCounters
 from gpuspawner.hub.monitor import Observation
 
@@ -22,10 +18,7 @@ def counted(kind: str, group: str) -> float:
 def counting(**settings):
     """A broker on simulated GPUs with a clock the test moves, and its counters."""
     clock = [1000.0]
-    site = GPUSite.from_config(GPUSettings(**settings))
-    broker = Broker(
-        site, engine.DockerEngine(None), "hub", logging.getLogger("t"), clock=lambda: clock[0]
-    )
+    broker = a_broker(GPUSettings(**settings), clock=lambda: clock[0])
     return clock, broker, UsageCounters(broker)
 
 
