@@ -20,7 +20,6 @@ from typing import Any, TextIO
 import docker
 import jupyterhub
 from docker.errors import DockerException
-from dockerspawner import SwarmSpawner
 from requests.exceptions import RequestException
 
 from ..core.errors import GPUConfigError
@@ -28,7 +27,7 @@ from ..devices.simulated import SimulatedSource
 from ..devices.source import GPUSource
 from ..devices.swarm import SwarmSource
 from ..engine.docker import bridge_gateway
-from ..engine.swarm import SwarmEngine, SwarmNode
+from ..engine.swarm import SwarmNode
 from . import dockerchecks, hubconfig, swarmchecks, toolkit
 from .checks import (
     Finding,
@@ -136,15 +135,15 @@ def _swarm(spawner: Any) -> tuple[list[SwarmNode] | None, list[Finding]]:
     try:
         engine = make_engine()
     except (DockerException, RequestException) as error:
-        if isinstance(spawner, SwarmSpawner):
+        if getattr(spawner, "runs_on_nodes", False):
             return None, [swarmchecks.judge_swarm_unreachable(str(error))]
         return None, []  # one host's engine: the Docker line says whether Docker answers
-    if not isinstance(engine, SwarmEngine):
-        return None, []
     try:
-        nodes = engine.nodes()
+        nodes = engine.cluster_nodes()
     except (DockerException, RequestException) as error:  # no answer, or not a manager
         return None, [swarmchecks.judge_swarm_unreachable(str(error))]
+    if nodes is None:  # one host
+        return None, []
     findings = swarmchecks.judge_nodes(nodes)
     try:
         source = spawner.make_gpu_source(engine)

@@ -11,10 +11,13 @@ from __future__ import annotations
 import fnmatch
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from ..core.reach import Reach
 from ..core.units import Unit
+
+if TYPE_CHECKING:
+    from .swarm import SwarmNode
 
 
 @dataclass(frozen=True)
@@ -119,6 +122,10 @@ class Engine(Protocol):
     def unreachable(self) -> dict[str, str]:
         """The machines (by `Seen.node`) where no new server may go now, and why in words:
         a node that is down, or that an admin drained; {} on one host."""
+        ...
+
+    def cluster_nodes(self) -> list[SwarmNode] | None:
+        """The nodes of an engine that spans several machines (a swarm); None on one host."""
         ...
 
     def remove_server(self, hub: str, spawner_id: int, container_ids: tuple[str, ...] = ()) -> bool:

@@ -277,6 +277,9 @@ class DockerEngine:
     def unreachable(self) -> dict[str, str]:
         return {}  # one host: if its Docker is down, nothing starts anywhere
 
+    def cluster_nodes(self) -> None:
+        return None  # one host
+
     def containers(self, look_past: LookPast = NOTHING) -> list[Seen]:
         default_runtime = self.client.info().get("DefaultRuntime") or "runc"
         summaries = {s["Id"]: s for s in self.client.containers()}

@@ -181,6 +181,9 @@ class SwarmEngine:
                 found[node.hostname] = node
         return list(found.values())
 
+    def cluster_nodes(self) -> list[SwarmNode]:
+        return self.nodes()
+
     def _by_id(self) -> dict[str, SwarmNode]:
         """Every entry, stale ones too: where a task is, by its NodeID."""
         return {node.id: node for node in map(read_node, self.client.nodes())}

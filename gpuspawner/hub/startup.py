@@ -32,8 +32,6 @@ from ..core.errors import GPUConfigError
 from ..core.limits import UserLimits
 from ..core.units import tally
 from ..core.words import server_name
-from ..devices.simulated import SimulatedSource
-from ..devices.swarm import SwarmSource
 from ..engine import processes
 from ..records.ledger import Ledger
 from . import access, lease_api, metrics, notices, pages, slow_starts
@@ -180,9 +178,8 @@ async def start_broker(app: Any, spawner_class: Any = None) -> Broker:
 def _process_owners(site: GPUSite) -> Owners:
     """Which container runs a GPU process: the host's /proc; for simulated GPUs, the
     simulated load file's word; on a swarm, what each node's agent said."""
-    if isinstance(site.source, SimulatedSource | SwarmSource):
-        return site.source.process_owners
-    return processes.owners
+    owners: Owners = getattr(site.source, "process_owners", processes.owners)
+    return owners
 
 
 async def _stopped_meanwhile(broker: Broker) -> dict[int, float]:

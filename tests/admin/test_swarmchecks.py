@@ -16,6 +16,7 @@ from gpuspawner.admin.swarmchecks import (
 )
 from gpuspawner.core.gpus import Telemetry
 from gpuspawner.devices.swarm import AgentAnswer
+from gpuspawner.engine.docker import DockerEngine
 from gpuspawner.engine.swarm import SwarmEngine, SwarmNode
 
 GPUS = tuple(f"GPU-{n}a2b3c4d-0000-0000-0000-00000000000{n}" for n in range(4))
@@ -165,8 +166,8 @@ class Manager:
 
 
 class Spawner:
-    def __init__(self, engine=None, error=None):
-        self.engine, self.error = engine, error
+    def __init__(self, engine=None, error=None, runs_on_nodes=False):
+        self.engine, self.error, self.runs_on_nodes = engine, error, runs_on_nodes
 
     def make_engine(self):
         if self.error:
@@ -214,11 +215,23 @@ def test_a_manager_that_does_not_answer_fails_the_swarm():
 
 @pytest.mark.parametrize(
     "spawner",
-    [object(), Spawner(engine=object()), Spawner(error=DockerException("Connection refused"))],
+    [
+        object(),
+        Spawner(engine=DockerEngine(client=None)),
+        Spawner(error=DockerException("Connection refused")),
+    ],
     ids=["no-make-engine", "one-host-engine", "one-host-engine-unreachable"],
 )
 def test_one_host_gets_no_swarm_lines(spawner):
     assert doctor._swarm(spawner) == (None, [])
+
+
+def test_a_swarm_spawner_whose_manager_cannot_be_reached_fails_the_swarm():
+    spawner = Spawner(error=DockerException("Connection refused"), runs_on_nodes=True)
+    nodes, [finding] = doctor._swarm(spawner)
+    assert nodes is None
+    assert (finding.status, finding.subject) == (Status.FAIL, "Swarm manager")
+    assert "Connection refused" in finding.detail
 
 
 def test_an_agent_that_answers_passes_names_unhealthy_gpus_and_a_silent_one_warns():
