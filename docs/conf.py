@@ -28,14 +28,14 @@ def gpuspawner_settings() -> list[str]:
     """The settings gpuspawner itself defines (its mixin's, what GPUSpawner redefines, and
     SwarmGPUSpawner's own), as "module.Class.name"."""
     from gpuspawner.config.settings import GPUSettings
-    from gpuspawner.hub.spawner import GPUSpawner
-    from gpuspawner.hub.swarm import SwarmGPUSpawner
+    from gpuspawner.hub.engines.docker import GPUSpawner
+    from gpuspawner.hub.engines.swarm import SwarmGPUSpawner
 
     own = {*GPUSettings.class_own_traits(config=True), *GPUSpawner.class_own_traits(config=True)}
     swarm = SwarmGPUSpawner.class_own_traits(config=True)
     return [
-        *(f"gpuspawner.hub.spawner.GPUSpawner.{name}" for name in sorted(own)),
-        *(f"gpuspawner.hub.swarm.SwarmGPUSpawner.{name}" for name in sorted(swarm)),
+        *(f"gpuspawner.hub.engines.docker.GPUSpawner.{name}" for name in sorted(own)),
+        *(f"gpuspawner.hub.engines.swarm.SwarmGPUSpawner.{name}" for name in sorted(swarm)),
     ]
 
 

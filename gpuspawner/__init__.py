@@ -13,14 +13,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .hub.spawner import GPUSpawner
+    from .hub.engines.docker import GPUSpawner
 
 __all__ = ["GPUSpawner"]
 
 
 def __getattr__(name: str) -> Any:
     if name == "GPUSpawner":
-        from .hub.spawner import GPUSpawner
+        from .hub.engines.docker import GPUSpawner
 
         return GPUSpawner
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

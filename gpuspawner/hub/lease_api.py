@@ -129,7 +129,7 @@ def _warning(current: Lease) -> dict[str, Any] | None:
 def _profile(spawner: Any, broker: Broker) -> dict[str, str] | None:
     try:
         profile = choose_profile(
-            spawner.user_options, broker.site.profiles, spawner._images_offered()
+            spawner.user_options, broker.site.profiles, spawner.images_offered()
         )
     except InvalidUserOptions:
         return None

@@ -34,7 +34,7 @@ from mockhub import gpu_hub_config, running_hub
 from realhub import NOTEBOOK_IMAGE
 
 from gpuspawner.hub.broker import Broker
-from gpuspawner.hub.spawner import GPUSpawner
+from gpuspawner.hub.engines.docker import GPUSpawner
 
 BASE_IMAGE = "gpuspawner-base:bookworm"  # scripts/testbed's Debian base: sh, ls, sleep
 UPSTREAM = GPUSpawner.image.default_value.rpartition(":")[0]  # DockerSpawner's singleuser image

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from gpuspawner.config.settings import GPUSettings
-from gpuspawner.hub.spawner import GPUSpawner
+from gpuspawner.hub.engines.docker import GPUSpawner
 
 DOCS = Path(__file__).parents[2] / "docs"
 OWN = {**GPUSettings.class_own_traits(config=True), **GPUSpawner.class_own_traits(config=True)}

@@ -186,7 +186,7 @@ def test_the_offer_is_a_button_posting_to_that_servers_spawn_url_with_the_xsrf_t
 
 
 def test_the_offer_button_names_the_profile_whatever_else_the_form_chose():
-    from gpuspawner.hub.spawner import _options_from_form
+    from gpuspawner.hub.server import _options_from_form
 
     pressed = {"profile": ["gpu-1"], "restart_on": ["cpu"], "image": ["x"]}
     assert _options_from_form(pressed) == {"profile": "cpu"}

@@ -25,9 +25,9 @@ from gpuspawner.core.units import Request
 from gpuspawner.devices.simulated import SimulatedSource
 from gpuspawner.hub import form, pages
 from gpuspawner.hub.broker import Broker
+from gpuspawner.hub.engines.docker import GPUSpawner
 from gpuspawner.hub.monitor import Monitor
 from gpuspawner.hub.report import pool_report
-from gpuspawner.hub.spawner import GPUSpawner
 
 LOG = logging.getLogger("test")
 LIMITS = {
@@ -97,9 +97,14 @@ def node_of(grant: Grant) -> str:
     return node
 
 
+async def take(spawner: GPUSpawner, slug: str) -> Grant:
+    """GPUs for a start of `spawner` on profile `slug`, as its start takes them."""
+    return await spawner._take(profile(spawner.broker, slug), spawner.user_limits())
+
+
 async def refusal(spawner: GPUSpawner, slug: str) -> SpawnException:
     with pytest.raises(SpawnException) as refused:
-        await spawner._reserve(profile(spawner.broker, slug))
+        await take(spawner, slug)
     assert spawner.broker.grant_of(spawner.orm_spawner.id) is None
     return refused.value
 
@@ -112,10 +117,10 @@ async def settle():
 # --- a group's machines -------------------------------------------------------------------
 async def test_a_groups_server_goes_only_to_its_machines(broker, db):
     """Packed would pick "new" (a tie goes to the name); the course may use only "old"."""
-    first = await spawner_of(db, "ann", "course")._reserve(profile(broker, "gpu-1"))
-    second = await spawner_of(db, "bob", "course")._reserve(profile(broker, "gpu-1"))
+    first = await take(spawner_of(db, "ann", "course"), "gpu-1")
+    second = await take(spawner_of(db, "bob", "course"), "gpu-1")
     assert (node_of(first), node_of(second)) == ("old", "old")
-    anyone = await spawner_of(db, "cat")._reserve(profile(broker, "gpu-1"))
+    anyone = await take(spawner_of(db, "cat"), "gpu-1")
     assert node_of(anyone) == "new"
     refused = await refusal(spawner_of(db, "dan", "course"), "gpu-1")
     assert refused.status_code == 409 and str(refused.jupyterhub_message) == (
@@ -126,9 +131,7 @@ async def test_a_groups_server_goes_only_to_its_machines(broker, db):
 
 async def test_a_waiting_start_takes_a_gpu_only_on_its_groups_machines(broker, db):
     on_old = [hold(broker, key, "old") for key in (901, 902)]
-    start = asyncio.ensure_future(
-        spawner_of(db, "ann", "patient-course")._reserve(profile(broker, "gpu-1"))
-    )
+    start = asyncio.ensure_future(take(spawner_of(db, "ann", "patient-course"), "gpu-1"))
     await settle()
     assert not start.done() and broker.pool.free_count() == 2  # new's two stay free
     on_new = hold(broker, 903, "new")
@@ -206,7 +209,7 @@ async def test_a_start_whose_machines_cannot_be_reached_waits_for_them(broker, d
     course = spawner_of(db, "ann", "patient-course")
     waits = f"{why} If you start it now, you wait in line"
     assert reason(course._render_form(), "gpu-1").startswith(waits)
-    start = asyncio.ensure_future(course._reserve(profile(broker, "gpu-1")))
+    start = asyncio.ensure_future(take(course, "gpu-1"))
     await settle()
     assert not start.done() and broker.pool.free_count() == 2  # new's, not for it
     broker.pool.mark_reachable("old")
@@ -222,11 +225,9 @@ async def test_no_gpus_gather_for_a_start_no_machine_has_enough_healthy_gpus_for
         held = hold(broker, key, node)
         broken = next(u for u in broker.pool.units if u.node == node and u not in held.units)
         broker.pool.mark_unhealthy(broken.gpu, "XID 79")
-    big = asyncio.ensure_future(spawner_of(db, "ann", "patient")._reserve(profile(broker, "gpu-2")))
+    big = asyncio.ensure_future(take(spawner_of(db, "ann", "patient"), "gpu-2"))
     await settle()
-    small = asyncio.ensure_future(
-        spawner_of(db, "bob", "patient")._reserve(profile(broker, "gpu-1"))
-    )
+    small = asyncio.ensure_future(take(spawner_of(db, "bob", "patient"), "gpu-1"))
     await settle()
     assert [(s.user, s.kept_for) for s in broker.line.standings()] == [
         ("ann", False),
@@ -304,13 +305,13 @@ async def test_a_machine_that_goes_down_gives_no_start_its_gpus_until_it_is_back
     monitor.apply(monitor.observe())
     assert broker.pool.unreachable() == {"new": "node new is down"}
     spawners = [spawner_of(db, f"u{n}") for n in (1, 2, 3)]
-    on_old = [await s._reserve(profile(broker, "gpu-1")) for s in spawners[:2]]
+    on_old = [await take(s, "gpu-1") for s in spawners[:2]]
     assert {node_of(g) for g in on_old} == {"old"}
     assert "Not enough free GPUs" in str(await refusal(spawners[2], "gpu-1"))
     cluster.down = {}
     monitor.apply(monitor.observe())
     assert broker.pool.unreachable() == {}
-    assert node_of(await spawners[2]._reserve(profile(broker, "gpu-1"))) == "new"
+    assert node_of(await take(spawners[2], "gpu-1")) == "new"
 
 
 def test_default_profiles_ask_for_no_more_gpus_than_one_machine_has():

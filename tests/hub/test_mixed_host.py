@@ -292,7 +292,7 @@ def test_the_lease_names_each_unit_held_and_counts_its_share():
         idle_limit=None,
         warn_before_cull=0,
         user_options={"profile": "slice"},
-        _images_offered=lambda: [],
+        images_offered=lambda: [],
     )
     body = lease_of(spawner, broker)
     [unit] = grant.units

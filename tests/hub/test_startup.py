@@ -4,7 +4,7 @@ import pytest
 from jupyterhub import version_info
 from jupyterhub.app import JupyterHub
 
-from gpuspawner.hub.spawner import GPUSpawner
+from gpuspawner.hub.engines.docker import GPUSpawner
 from gpuspawner.hub.startup import UnsupportedJupyterHub, check_start_sequence, install
 
 

@@ -12,15 +12,12 @@ bound, the server's user.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import docker
 
-from ..core.words import duration
-from .broker import Broker, BrokerNotRunning
-from .counters import ENGINE_ERRORS
-
-T = TypeVar("T")
+from ...core.words import duration
+from ..counters import ENGINE_ERRORS
 
 
 class DockersWord:
@@ -35,6 +32,7 @@ class DockersWord:
     _log_name: str
     log: Any
     docker: Callable[..., Any]
+    books_call: Callable[..., Any]  # GPUServer's
 
     async def poll(self) -> int | str | None:
         """None while the server runs, or why it ended, on Docker's word alone.
@@ -48,7 +46,7 @@ class DockersWord:
         except Exception as error:
             self._note_docker_silent(error)
             return None
-        self._books_call(lambda broker: broker.answered(self.orm_spawner.id))
+        self.books_call(lambda broker: broker.answered(self.orm_spawner.id))
         return ended
 
     async def engine_poll(self) -> int | str | None:
@@ -76,7 +74,7 @@ class DockersWord:
     def _note_docker_silent(self, error: Exception) -> None:
         ENGINE_ERRORS.labels("poll").inc()
         question = f"is {self._log_name} running?"
-        lasted = self._books_call(
+        lasted = self.books_call(
             lambda broker: broker.unanswered(self.orm_spawner.id, question, error).lasted(
                 broker.clock()
             )
@@ -88,13 +86,3 @@ class DockersWord:
             duration(lasted or 0.0),
             error,
         )
-
-    def _books_call(self, call: Callable[[Broker], T]) -> T | None:
-        """`call(broker)`, or None in a process without one, or for a server without a
-        record (nothing was reserved there)."""
-        if self.orm_spawner is None:
-            return None
-        try:
-            return call(Broker.current())
-        except BrokerNotRunning:
-            return None

@@ -28,16 +28,17 @@ from docker.types import EndpointSpec, Mount
 from dockerspawner import SwarmSpawner
 from traitlets import Bool, Float, Integer, Unicode, default
 
-from ..core.errors import GPUConfigError
-from ..core.pool import Grant
-from ..devices.source import GPUSource
-from ..devices.swarm import TOKEN_VARIABLE, AgentAccess, SwarmSource
-from ..engine.base import Engine
-from ..engine.swarm import HOLDING, SwarmEngine, SwarmNode, isolate_service, read_node
-from .spawner import GPUSpawner
+from ...core.errors import GPUConfigError
+from ...core.pool import Grant
+from ...devices.source import GPUSource
+from ...devices.swarm import TOKEN_VARIABLE, AgentAccess, SwarmSource
+from ...engine.base import Engine
+from ...engine.swarm import HOLDING, SwarmEngine, SwarmNode, isolate_service, read_node
+from .docker import GPUSpawner
 
 
 class SwarmGPUSpawner(GPUSpawner, SwarmSpawner):
+    runs_on_nodes = True  # for the doctor: a line per node, and the manager's own
     _down_since: float | None = None  # since when this server's node has been down
     device_mounts = Bool(
         True,
@@ -137,7 +138,7 @@ class SwarmGPUSpawner(GPUSpawner, SwarmSpawner):
             for source, volume in self.volume_binds.items()
         ]
 
-    async def _prepare_storage(self) -> None:
+    async def prepare_storage(self) -> None:
         """Nothing to make ready from the hub: Swarm makes a named volume on the node that
         runs the task, the image's files copied in as Docker does on one host."""
 
