@@ -25,7 +25,7 @@ from ..core.gpus import GPU, Telemetry
 from ..core.units import Kind, Sharing, Unit, units_of
 from ..core.words import gib, server_name
 from ..devices.source import GPUSource, Inventory, discover
-from ..engine.base import Engine, Seen, ServerLabels
+from ..engine.base import Engine, LookPast, Seen, ServerLabels
 from ..engine.docker import DockerEngine
 from . import hubconfig
 
@@ -67,9 +67,10 @@ class PoolRow:
 
 def main(args: argparse.Namespace) -> int:
     try:
-        engine, source, exclude, shared = _where(args.config, args.simulate, args.simulated_load)
+        where = _where(args.config, args.simulate, args.simulated_load)
+        engine, source, exclude, shared, ignored = where
         inventory = discover(source, exclude, shared)
-        seen = engine.containers()
+        seen = engine.containers(LookPast(ignored, args.prefix))
     except (hubconfig.ConfigError, GPUConfigError, DockerException) as error:
         print(f"gpuspawner status: {error}", file=sys.stderr)
         return 1
@@ -84,19 +85,22 @@ def main(args: argparse.Namespace) -> int:
 
 def _where(
     config_path: Path | None, simulate: int | None, simulated_load: str
-) -> tuple[Engine, GPUSource, list[str | int], dict[Any, Any]]:
+) -> tuple[Engine, GPUSource, list[str | int], dict[Any, Any], tuple[str, ...]]:
     """Where the servers run and the GPUs as the hub sees them: with its config's engine (a
-    swarm's, for SwarmGPUSpawner), simulation, exclusions and shared GPUs, if it has one."""
+    swarm's, for SwarmGPUSpawner), simulation, exclusions, shared GPUs and the containers it
+    looks past (`ignore_gpu_containers`), if it has one."""
     path = config_path or hubconfig.DEFAULT_PATH
     site = hubconfig.load(path, simulate) if config_path or path.is_file() else None
     if site is None or not hasattr(site.spawner, "make_engine"):
         engine: Engine = DockerEngine(docker.from_env().api)
-        return engine, hubconfig.gpu_source(site, simulate, simulated_load), [], {}
-    engine = site.spawner.make_engine()
-    source = site.spawner.make_gpu_source(engine) or hubconfig.gpu_source(
+        return engine, hubconfig.gpu_source(site, simulate, simulated_load), [], {}, ()
+    spawner = site.spawner
+    engine = spawner.make_engine()
+    source = spawner.make_gpu_source(engine) or hubconfig.gpu_source(
         site, simulate, simulated_load
     )
-    return engine, source, list(site.spawner.exclude_gpus), dict(site.spawner.shared_gpus)
+    ignored = tuple(spawner.ignore_gpu_containers)
+    return engine, source, list(spawner.exclude_gpus), dict(spawner.shared_gpus), ignored
 
 
 def scan(seen: Iterable[Seen], inventory: Inventory, hub: str = "") -> Holdings:

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 from admintools import gpuspawner, servers
-from realhub import CPU_IMAGE, Hub
+from realhub import CPU_IMAGE, OTHER_WORKERS, SIMULATED_MACHINE, Hub
 
 from gpuspawner.admin import status
 from gpuspawner.core.gpus import Telemetry
@@ -109,21 +109,30 @@ def test_status_reads_the_pool_from_running_containers(tmp_path):
             }
         )
     )
+    # This worker's simulated machine, and the other workers' containers looked past, as its
+    # hubs do: on a shared dockerd they are another machine's (tests/realhub.py).
+    config = tmp_path / "jupyterhub_config.py"
+    config.write_text(
+        'c.JupyterHub.spawner_class = "gpu"\n'
+        f"c.GPUSpawner.simulated_machine = {SIMULATED_MACHINE!r}\n"
+        f"c.GPUSpawner.ignore_gpu_containers = {OTHER_WORKERS!r}\n"
+    )
+    uuids = [g.uuid for g in SimulatedSource(8, SIMULATED_MACHINE).list_gpus()]
     since = time.time() - 3 * 3600
     with servers("status") as made:
         made.create(
             "ann--train",
             CPU_IMAGE,
-            Grant(Holder(1, 1, "ann", "train"), tuple(map(bare, UUIDS[6:8])), since),
+            Grant(Holder(1, 1, "ann", "train"), tuple(map(bare, uuids[6:8])), since),
         )
         made.create("bob--notes", CPU_IMAGE, Grant(Holder(2, 2, "bob", "notes"), (), since))
-        eve = Grant(Holder(3, 3, "eve", "old"), tuple(map(bare, UUIDS[4:5])), since)
+        eve = Grant(Holder(3, 3, "eve", "old"), tuple(map(bare, uuids[4:5])), since)
         made.create("old", CPU_IMAGE, eve, start=False)
-        device = {"Driver": "nvidia", "DeviceIDs": [UUIDS[5]], "Capabilities": [["gpu"]]}
+        device = {"Driver": "nvidia", "DeviceIDs": [uuids[5]], "Capabilities": [["gpu"]]}
         made.create("batch", CPU_IMAGE, None, device_requests=[device])
         done = gpuspawner(
-            "status", "--simulate", "8", "--simulated-load", str(load), "--prefix", made.prefix,
-            cwd=tmp_path,
+            "status", "-f", str(config), "--simulate", "8", "--simulated-load", str(load),
+            "--prefix", made.prefix, cwd=tmp_path,
         )  # fmt: skip
     assert done.returncode == 0, done.stderr
     cells = table(done.stdout)
@@ -164,3 +173,41 @@ def test_on_a_swarm_each_row_names_its_node_and_an_index_is_its_nodes_own():
     cells = {cells[0]: cells for cells in (status._cells(row, NOW) for row in rows)}
     assert cells["n2:0"][1] == "batch-job (not gpuspawner)"
     assert cells["n1:0"][1] == "free"
+
+
+def test_status_and_the_hub_agree_on_who_holds_each_gpu(hub_factory, tmp_path):
+    """One reader of the labels (`Seen.of_hub`, `Seen.units_held`): the hub's GPUs API and
+    `gpuspawner status` name the same holder for every GPU, another hub's server included."""
+    hub: Hub = hub_factory("c.GPUSpawner.simulate_gpus = 4\n")
+    hub.add_users("ann")
+    hub.spawn_ready("ann", "train", profile="gpu-1")
+    [held] = hub.held_uuids("ann", "train")
+    others = [r["uuid"] for r in hub.api("GET", "/gpus").json()["gpus"] if r["uuid"] != held]
+    with servers("otherhub") as made:
+        cat = Grant(Holder(9, 9, "cat", ""), (bare(others[0]),), time.time())
+        made.create("cat", CPU_IMAGE, cat)  # another hub's server on this machine
+        device = {"Driver": "nvidia", "DeviceIDs": [others[1]], "Capabilities": [["gpu"]]}
+        made.create("batch", CPU_IMAGE, None, device_requests=[device])  # not gpuspawner's
+
+        def hub_rows() -> dict[str, dict] | None:
+            rows = {r["uuid"]: r for r in hub.api("GET", "/gpus").json()["gpus"]}
+            outside = [rows[u]["used_outside_hub_by"] for u in others[:2]]
+            return rows if all(outside) else None
+
+        rows = hub.wait_for(hub_rows, 60, "the hub's monitor seeing both containers")
+        done = gpuspawner(
+            "status", "-f", str(hub.config_file), "--prefix", hub.prefix, cwd=tmp_path
+        )
+    assert done.returncode == 0, done.stderr
+    cells = {row[-2]: row[1] for row in table(done.stdout).values()}
+    for uuid, row in rows.items():
+        holder, outside = row["holder"], row["used_outside_hub_by"]
+        if holder:
+            assert cells[uuid] == f"{holder['user']}/{holder['server']}"
+        elif outside:
+            assert cells[uuid].startswith(outside.removeprefix("container ") + " (")
+        else:
+            assert cells[uuid] == "free"
+    assert cells[others[0]] == f"{made.prefix}-cat (another hub)"
+    assert cells[others[1]] == f"{made.prefix}-batch (not gpuspawner)"
+    assert cells[others[2]] == "free"
