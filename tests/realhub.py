@@ -349,7 +349,12 @@ class Hub:
 
     def server_model(self, user: str, server: str = "") -> dict | None:
         response = self.api("GET", f"/users/{user}")
-        response.raise_for_status()
+        if not response.ok:  # what the hub was doing, for the failure's reader
+            alive = "running" if self.process and self.process.poll() is None else "exited"
+            raise AssertionError(
+                f"GET /hub/api/users/{user}: {response.status_code} {response.text[:300]}; "
+                f"the hub process is {alive}; its log ends:\n{self.log()[-4000:]}"
+            )
         return response.json()["servers"].get(server)
 
     def stop_server(self, user: str, server: str = "", timeout: float = 60) -> None:
