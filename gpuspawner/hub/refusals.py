@@ -2,14 +2,19 @@
 
 The core refuses in its own terms (not enough free GPUs, a limit, a wait that ended);
 here each becomes one `Refused`, with the words for the spawn page, the reason the
-refusal counter counts it under and the HTTP status of the answer.
+refusal counter counts it under and the HTTP status of the answer. A spawner turns
+those, and its own refusals, into JupyterHub's `SpawnException` (`refused_start`,
+`failed_start`).
 """
 
 from __future__ import annotations
 
+from jupyterhub.spawner import SpawnException
+
 from ..core.limits import LimitExceeded
 from ..core.placement import NotEnoughGPUs
 from ..core.profiles import Profile
+from .counters import SPAWNS_REFUSED
 from .waiting import WaitEnded
 
 
@@ -43,3 +48,17 @@ def not_enough(profile: Profile, short: NotEnoughGPUs) -> str:
         f"{short.free} of {short.total} are free right now. Try again when another "
         "server stops, or pick a profile with fewer GPUs."
     )
+
+
+def refused_start(message: str, reason: str, status_code: int) -> SpawnException:
+    """A spawn refused before any container: counted, and shown to the user as is."""
+    SPAWNS_REFUSED.labels(reason).inc()
+    return failed_start(message, reason, status_code)
+
+
+def failed_start(message: str, reason: str, status_code: int) -> SpawnException:
+    """A spawn that ends with `message` for the user: as is on the spawn page and in the
+    progress stream, which otherwise prefix it with "409 SpawnException(reason=…):"."""
+    failure = SpawnException(message, reason=reason, status_code=status_code)
+    failure.jupyterhub_message = message
+    return failure

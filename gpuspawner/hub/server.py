@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from jupyterhub.spawner import SpawnException
 from jupyterhub.utils import utcnow
 from traitlets import default
 
@@ -38,15 +37,13 @@ from ..core.units import units_in_words
 from ..core.words import duration, from_group, your_server
 from . import budgets, notices, spawn_page, startup
 from .broker import Broker, BrokerNotRunning
-from .counters import SPAWNS_REFUSED
-from .refusals import Refused
+from .refusals import Refused, failed_start, refused_start
 from .waiting import progress_in_line
 
 LINKS_CANNOT_START = (
     "A link cannot start a server: check the choice below and press Start. "
     "(GPU servers start only from this form, or through the REST API with a token.)"
 )
-RESTART_ON = "restart_on"  # the form button of a stop notice: start that server on this profile
 
 
 T = TypeVar("T")
@@ -115,7 +112,7 @@ class GPUServer(GPUSettings, EngineSpawner):
 
     @default("options_from_form")
     def _default_options_from_form(self) -> Any:
-        return _options_from_form
+        return spawn_page.options_from_form
 
     def allow_for_waiting(self) -> None:
         """start_timeout plus the user's max_wait, for this start: JupyterHub gives up on a
@@ -162,29 +159,10 @@ class GPUServer(GPUSettings, EngineSpawner):
             self.user_limits(),
             self.form_template_paths,
             self.images_offered(),
-            self._preselected(),
+            spawn_page.preselected(self.handler, self.user, self.orm_spawner),
             getattr(self.handler, "xsrf_token", None),
             self.hub.base_url,
         )
-
-    def _preselected(self) -> str | None:
-        """The profile a link asked for, else the one this server had last time, else the one
-        the user's latest start had: a new named server has no options of its own (JupyterHub
-        6 creates its record as its form opens), and people start one after another on the
-        profile they use."""
-        request = getattr(self.handler, "request", None)
-        query = request.query_arguments if request is not None else {}
-        asked = query.get("opt-profile") or query.get("profile")  # JupyterHub's new style, or old
-        if asked:
-            return asked[0].decode("utf-8", "replace")
-        chosen = [s for s in self.user.orm_user.orm_spawners.values() if s.user_options]
-        latest = max(
-            chosen,
-            key=lambda s: s.last_activity.timestamp() if s.last_activity else 0.0,
-            default=None,
-        )
-        own = self.orm_spawner if self.orm_spawner.user_options else latest
-        return (own.user_options or {}).get("profile") if own is not None else None
 
     # --- start ------------------------------------------------------------------
     async def start(self) -> Any:
@@ -192,7 +170,7 @@ class GPUServer(GPUSettings, EngineSpawner):
         profile = self._chosen_profile(limits)
         self._check_budget(profile, limits)
         if not await self.broker.settled(self.orm_spawner.id):
-            raise refused(
+            raise refused_start(
                 f"The container of {your_server(self.name)} has not been confirmed gone yet, so "
                 "its GPUs are still held. Try again in a minute; if this persists, ask an admin "
                 "(the GPUs page shows it as stopping).",
@@ -224,10 +202,10 @@ class GPUServer(GPUSettings, EngineSpawner):
                 self.user_options, self.broker.site.profiles, self.images_offered()
             )
         except InvalidUserOptions as invalid:
-            raise refused(str(invalid), "invalid_options", 400) from None
+            raise refused_start(str(invalid), "invalid_options", 400) from None
         if not limits.may_pick(profile.slug):
             allowed = ", ".join(sorted(limits.profiles.value or ()))
-            raise refused(
+            raise refused_start(
                 f"Profile {profile.slug!r} is not available to you "
                 f"(group {limits.profiles.group} may pick: {allowed}).",
                 "limit",
@@ -244,14 +222,16 @@ class GPUServer(GPUSettings, EngineSpawner):
         standing = budgets.standing_of(self.broker, self.user.db, self.user.id, limits)
         refusal = standing.refusal(self.broker.clock())
         if refusal is not None:
-            raise refused(str(refusal), "budget", 403)
+            raise refused_start(str(refusal), "budget", 403)
 
     async def _take(self, profile: Profile, limits: UserLimits) -> Grant:
         """GPUs from the broker; a GPU start goes through the waiting line (`hub.waiting`)."""
         try:
             return await self.broker.take(self.holder, profile, limits)
         except Refused as no:
-            raise (refused if no.counted else failed)(no.message, no.reason, no.status) from None
+            raise (refused_start if no.counted else failed_start)(
+                no.message, no.reason, no.status
+            ) from None
 
     async def _start_container(self, begun: Start) -> Any:
         """The engine's start, within start_timeout from here: JupyterHub's own clock
@@ -260,7 +240,7 @@ class GPUServer(GPUSettings, EngineSpawner):
         try:
             return await asyncio.wait_for(super().start(), begun.timeout)
         except TimeoutError:  # its GPUs return once the stuck call ends and the container goes
-            raise failed(
+            raise failed_start(
                 f"{your_server(self.name).capitalize()} did not start within "
                 f"{duration(begun.timeout)} of getting its GPUs (start_timeout); they go back "
                 "to the pool. Try again; if this persists, ask an admin.",
@@ -379,35 +359,6 @@ class GPUServer(GPUSettings, EngineSpawner):
             return call(Broker.current())
         except BrokerNotRunning:
             return None
-
-
-def refused(message: str, reason: str, status_code: int) -> SpawnException:
-    """A spawn refused before any container: counted, and shown to the user as is."""
-    SPAWNS_REFUSED.labels(reason).inc()
-    return failed(message, reason, status_code)
-
-
-def failed(message: str, reason: str, status_code: int) -> SpawnException:
-    """A spawn that ends with `message` for the user: as is on the spawn page and in the
-    progress stream, which otherwise prefix it with "409 SpawnException(reason=…):"."""
-    failure = SpawnException(message, reason=reason, status_code=status_code)
-    failure.jupyterhub_message = message
-    return failure
-
-
-def _options_from_form(formdata: dict[str, list[str]]) -> dict[str, Any]:
-    """Form fields as user_options, unchecked: validation happens at every start.
-
-    An image field left empty means the default image. A stop notice's "start again on
-    CPU" button (`restart_on`) names the profile itself, whatever else the form had chosen.
-    """
-    if formdata.get(RESTART_ON):
-        return {"profile": formdata[RESTART_ON][0]}
-    return {
-        key: values[0] if len(values) == 1 else values
-        for key, values in formdata.items()
-        if key != "_xsrf" and not (key == "image" and values == [""])
-    }
 
 
 if "jupyterhub.app" in sys.modules:  # loaded by a hub: start the broker before any spawn

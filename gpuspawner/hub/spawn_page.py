@@ -15,6 +15,8 @@ from ..core.limits import UserLimits
 from . import budgets, form, notices
 from .broker import Broker
 
+RESTART_ON = "restart_on"  # the form button of a stop notice: start that server on this profile
+
 
 def render(
     broker: Broker,
@@ -59,3 +61,38 @@ def render(
             xsrf,
         ),
     )
+
+
+def preselected(handler: Any, user: Any, orm_spawner: Any) -> str | None:
+    """The profile a link asked for, else the one this server had last time, else the one
+    the user's latest start had: a new named server has no options of its own (JupyterHub
+    6 creates its record as its form opens), and people start one after another on the
+    profile they use."""
+    request = getattr(handler, "request", None)
+    query = request.query_arguments if request is not None else {}
+    asked = query.get("opt-profile") or query.get("profile")  # JupyterHub's new style, or old
+    if asked:
+        return asked[0].decode("utf-8", "replace")
+    chosen = [s for s in user.orm_user.orm_spawners.values() if s.user_options]
+    latest = max(
+        chosen,
+        key=lambda s: s.last_activity.timestamp() if s.last_activity else 0.0,
+        default=None,
+    )
+    own = orm_spawner if orm_spawner.user_options else latest
+    return (own.user_options or {}).get("profile") if own is not None else None
+
+
+def options_from_form(formdata: dict[str, list[str]]) -> dict[str, Any]:
+    """Form fields as user_options, unchecked: validation happens at every start.
+
+    An image field left empty means the default image. A stop notice's "start again on
+    CPU" button (`restart_on`) names the profile itself, whatever else the form had chosen.
+    """
+    if formdata.get(RESTART_ON):
+        return {"profile": formdata[RESTART_ON][0]}
+    return {
+        key: values[0] if len(values) == 1 else values
+        for key, values in formdata.items()
+        if key != "_xsrf" and not (key == "image" and values == [""])
+    }

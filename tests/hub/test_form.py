@@ -186,11 +186,11 @@ def test_the_offer_is_a_button_posting_to_that_servers_spawn_url_with_the_xsrf_t
 
 
 def test_the_offer_button_names_the_profile_whatever_else_the_form_chose():
-    from gpuspawner.hub.server import _options_from_form
+    from gpuspawner.hub.spawn_page import options_from_form
 
     pressed = {"profile": ["gpu-1"], "restart_on": ["cpu"], "image": ["x"]}
-    assert _options_from_form(pressed) == {"profile": "cpu"}
-    assert _options_from_form({"profile": ["gpu-1"], "_xsrf": ["t"]}) == {"profile": "gpu-1"}
+    assert options_from_form(pressed) == {"profile": "cpu"}
+    assert options_from_form({"profile": ["gpu-1"], "_xsrf": ["t"]}) == {"profile": "gpu-1"}
 
 
 def test_where_the_user_may_wait_a_full_pool_greys_nothing_out_and_says_so():

@@ -26,7 +26,8 @@ from ...devices.source import GPUSource
 from ...engine import storage
 from ...engine.base import Engine
 from ...engine.docker import DockerEngine, isolate
-from ..server import GPUServer, failed
+from ..refusals import failed_start
+from ..server import GPUServer
 from .liveness import DockersWord
 
 
@@ -107,7 +108,7 @@ class GPUSpawner(GPUServer, DockersWord, DockerSpawner):
         try:
             await asyncio.wrap_future(work)
         except storage.StorageProblem as problem:
-            raise failed(str(problem), "storage", 500) from None
+            raise failed_start(str(problem), "storage", 500) from None
 
     async def prepare_image(self) -> None:
         """The start's image on this machine before its GPUs are taken: a pull can take
@@ -135,7 +136,7 @@ class GPUSpawner(GPUServer, DockersWord, DockerSpawner):
                 why = "and pull_policy 'never' forbids pulling it"
             else:
                 why = f"and could not be pulled: {error.explanation or error}"
-            raise failed(
+            raise failed_start(
                 f"Image {image!r} is not on this machine, {why}. Pick another image, or ask "
                 "an admin to make it available here.",
                 "image",
@@ -154,7 +155,7 @@ class GPUSpawner(GPUServer, DockersWord, DockerSpawner):
             try:
                 isolated = self.isolate(kwargs, grant)
             except UnsafeContainerConfig as unsafe:
-                raise failed(str(unsafe), "config", 500) from None
+                raise failed_start(str(unsafe), "config", 500) from None
             return self._docker(method, *args, **isolated)
 
         # Kept until the server ends: a cancelled start must wait for this create to finish
