@@ -96,9 +96,7 @@ def _where(
         return engine, hubconfig.gpu_source(site, simulate, simulated_load), [], {}, ()
     spawner = site.spawner
     engine = spawner.make_engine()
-    source = spawner.make_gpu_source(engine) or hubconfig.gpu_source(
-        site, simulate, simulated_load
-    )
+    source = spawner.make_gpu_source(engine) or hubconfig.gpu_source(site, simulate, simulated_load)
     ignored = tuple(spawner.ignore_gpu_containers)
     return engine, source, list(spawner.exclude_gpus), dict(spawner.shared_gpus), ignored
 
