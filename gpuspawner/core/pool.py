@@ -21,7 +21,6 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
-from enum import StrEnum
 from fractions import Fraction
 
 from .grants import Admission, Grant, Holder, Usage
@@ -34,17 +33,10 @@ from .placement import (
     one_node,
     pack,
 )
+from .pool_view import DeviceState
 from .units import Kind, Request, Unit, bare
 
-__all__ = ["Admission", "Grant", "Holder", "NotEnoughGPUs", "Usage"]
-
-
-class DeviceState(StrEnum):
-    FREE = "free"
-    ALLOCATED = "allocated"
-    STOPPING = "stopping"
-    UNHEALTHY = "unhealthy"
-    EXTERNAL = "external"
+__all__ = ["Admission", "DeviceState", "Grant", "Holder", "NotEnoughGPUs", "Usage"]
 
 
 class AlreadyHolding(Exception):

@@ -14,7 +14,7 @@ import jinja2
 
 from ..core.limits import LimitExceeded, UserLimits
 from ..core.nodes import Count, counts_by_node
-from ..core.pool import Pool
+from ..core.pool_view import PoolView
 from ..core.profiles import Profile, default_profile
 from ..core.units import Kind, Request, Unit
 from ..core.words import amount, count_gpus, duration, from_group, gib, your_server
@@ -71,7 +71,7 @@ def hardware(request: Request, units: Sequence[Unit]) -> str:
     return labels
 
 
-def by_machine(pool: Pool, nodes: Collection[str] | None = None) -> list[tuple[str, Count]]:
+def by_machine(pool: PoolView, nodes: Collection[str] | None = None) -> list[tuple[str, Count]]:
     """Free and total GPUs (of every kind) on each of the user's machines, where the pool
     spans more than one; [] on one host."""
     counts = counts_by_node(pool.units, pool.states())
@@ -83,7 +83,7 @@ def by_machine(pool: Pool, nodes: Collection[str] | None = None) -> list[tuple[s
     return found if len(counts) > 1 else []
 
 
-def availability(pool: Pool, nodes: Collection[str] | None = None) -> list[Availability]:
+def availability(pool: PoolView, nodes: Collection[str] | None = None) -> list[Availability]:
     """Free and total units of each kind and model, in the pool's order, on the machines
     `nodes` names (a user's groups' `nodes`; None: every machine)."""
     states = pool.states()
@@ -118,7 +118,7 @@ def _what(unit: Unit) -> str:
     return f"GPUs free · {unit.label}"
 
 
-def why_not_now(profile: Profile, limits: UserLimits, user_id: int, pool: Pool) -> str:
+def why_not_now(profile: Profile, limits: UserLimits, user_id: int, pool: PoolView) -> str:
     """Why `profile` cannot start now, or "" when it can."""
     return _blocked(profile, limits, user_id, pool).reason
 
@@ -133,7 +133,7 @@ class Blocked:
     if_waiting: str = ""
 
 
-def _blocked(profile: Profile, limits: UserLimits, user_id: int, pool: Pool) -> Blocked:
+def _blocked(profile: Profile, limits: UserLimits, user_id: int, pool: PoolView) -> Blocked:
     """Why `profile` cannot start now (no reason when it can), and what waiting in line
     would mean where it could change that (too few free units of a kind one machine has
     enough of, or the group's quota full)."""
@@ -159,7 +159,7 @@ def profile_rows(
     profiles: Sequence[Profile],
     limits: UserLimits,
     user_id: int,
-    pool: Pool,
+    pool: PoolView,
     previous: str | None,
     waiting: Mapping[str, int] | None = None,
     over_budget: str = "",
@@ -204,7 +204,7 @@ def profile_rows(
     ]
 
 
-def holdings(limits: UserLimits, user_id: int, pool: Pool) -> str:
+def holdings(limits: UserLimits, user_id: int, pool: PoolView) -> str:
     """For example "You hold 1 of your 2 GPUs: GPU-… (your server 'train')."."""
     held = pool.usage().by_user[user_id]
     allowance = limits.max_gpus_per_user.value

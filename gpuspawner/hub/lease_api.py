@@ -65,7 +65,7 @@ def lease_of(spawner: Any, broker: Broker) -> dict[str, Any]:
     current = lease(
         gpus=grant.weight if grant is not None else 0,
         started=started,
-        idle_since=broker.idle.idle_since.get(spawner.orm_spawner.id),
+        idle_since=broker.idle_since(spawner.orm_spawner.id),
         last_activity=_epoch(spawner.orm_spawner.last_activity),
         durations=durations,
         now=now,

@@ -109,7 +109,7 @@ class PoolCollector(Collector):
             share = sum(
                 (u.weight for g in grants for u in g.units if u.gpu == gpu.uuid), Fraction(0)
             )
-            idle = [broker.idle.idle_since.get(g.key) for g in grants]
+            idle = [broker.idle_since(g.key) for g in grants]
             since = [t for t in idle if t is not None]
             values = {
                 "allocated": float(share),

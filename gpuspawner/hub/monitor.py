@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
 
 from tornado.ioloop import PeriodicCallback
 
@@ -43,7 +43,7 @@ class Observation:
     docker_error: str | None = None
     owners: dict[int, str] = field(default_factory=dict)  # GPU process → its container
     layout: dict[str, tuple[Unit, ...]] | None = None  # None: not read this time
-    busy: dict[int, bool | None] = field(default_factory=dict)  # by grant key, from `apply`
+    busy: Mapping[int, bool | None] = field(default_factory=dict)  # by grant key, from `apply`
     unreachable: dict[str, str] | None = None  # machines no server may go to, and why
 
 
@@ -71,7 +71,7 @@ class Monitor:
     def start(self) -> None:
         self._callback = PeriodicCallback(self.tick, self.interval_seconds * 1000)
         self._callback.start()
-        self.broker.stoppables.append(self.stop)
+        self.broker.on_stop(self.stop)
 
     def stop(self) -> None:
         if self._callback is not None:
@@ -80,8 +80,8 @@ class Monitor:
     async def tick(self) -> None:
         try:
             loop = asyncio.get_running_loop()
-            observation = await loop.run_in_executor(self.broker.executor, self.observe)
-            self.apply(observation)
+            seen = await loop.run_in_executor(self.broker.executor, self.observe)
+            observation = self.apply(seen)
             self.broker.line.run()  # a GPU back from ill health or outside use; new estimates
             for listener in self.listeners:
                 result = listener(observation)
@@ -111,60 +111,41 @@ class Monitor:
             return Observation(telemetry, None, str(error), owners, layout)
         return Observation(telemetry, containers, None, owners, layout, unreachable=unreachable)
 
-    def apply(self, observation: Observation) -> None:
-        """Each step on its own: one that fails (a full disk under the ledger) is logged
-        and costs only itself, never the removals or the watch for outside use."""
-        for step in (
-            self._follow_machines,
-            self._follow_gpus,
-            self._record_use,
-            self._follow_containers,
-        ):
+    def apply(self, observation: Observation) -> Observation:
+        """What was seen, onto the broker's books; the observation with its servers' busy
+        verdicts, for the listeners. Each step on its own: one that fails (a full disk
+        under the ledger) is logged and costs only itself, never the removals or the watch
+        for outside use."""
+        busy: dict[int, bool | None] = {}
+        steps = (self._follow_machines, self._follow_gpus, self._record_use)
+        for step in (*steps, self._follow_containers):
             try:
-                step(observation)
+                step(observation, busy)
             except Exception:
                 self.log.exception("gpuspawner: monitor step %s failed", step.__name__)
+        return replace(observation, busy=busy)
 
-    def _follow_machines(self, observation: Observation) -> None:
-        """Machines that went down (or were drained) give no new server their GPUs, and those
-        back give them again; servers there keep their grants until the engine confirms
-        them gone. Unknown while the engine does not answer: as last seen."""
-        if observation.unreachable is None:
-            return
-        pool, now = self.broker.pool, observation.unreachable
-        before = pool.unreachable()
-        for node in sorted({*before, *now}):
-            if before.get(node) == now.get(node):
-                continue
-            if node in now:
-                pool.mark_unreachable(node, now[node])
-                self.log.warning(
-                    "gpuspawner: %s: its GPUs go to no new server until it is back", now[node]
-                )
-            else:
-                pool.mark_reachable(node)
-                self.log.info("gpuspawner: node %s is back: its free GPUs can be given", node)
+    def _follow_machines(self, observation: Observation, busy: dict[int, bool | None]) -> None:
+        self.broker.follow_reachability(observation.unreachable)
 
-    def _follow_gpus(self, observation: Observation) -> None:
+    def _follow_gpus(self, observation: Observation, busy: dict[int, bool | None]) -> None:
         broker = self.broker
         if observation.layout is not None:
             broker.follow_layout(observation.layout)
-        broker.telemetry = observation.telemetry
-        self._follow_health(observation.telemetry)
+        broker.note_telemetry(observation.telemetry)
         for grant in broker.pool.grants():
             if not grant.stopping:
-                observation.busy[grant.key] = self._busy(grant, observation)
+                busy[grant.key] = self._busy(grant, observation)
 
-    def _record_use(self, observation: Observation) -> None:
+    def _record_use(self, observation: Observation, busy: dict[int, bool | None]) -> None:
         broker = self.broker
-        if broker.ledger is not None:
-            now = broker.clock()
-            broker.ledger.seen(now, observation.busy)
-            if now - self._pruned >= PRUNE_EVERY:
-                broker.ledger.forget_before(now - self.usage_retention_seconds)
-                self._pruned = now
+        now = broker.clock()
+        broker.note_busy(busy, now)
+        if now - self._pruned >= PRUNE_EVERY:
+            broker.forget_usage_before(now - self.usage_retention_seconds)
+            self._pruned = now
 
-    def _follow_containers(self, observation: Observation) -> None:
+    def _follow_containers(self, observation: Observation, busy: dict[int, bool | None]) -> None:
         broker = self.broker
         broker.retry_removals()
         if observation.containers is None:
@@ -209,34 +190,6 @@ class Monitor:
             unowned = {p for p in pids if p not in observation.owners}
             verdicts.append(self.busyness.of_share(sample, mine, unowned))
         return combined(verdicts)
-
-    def _follow_health(self, telemetry: dict[str, Telemetry]) -> None:
-        """Mark GPUs and MIG instances unhealthy and healthy again as NVML says. A MIG
-        instance reports its GPU's health too; only its own (it vanished) is its own mark."""
-        pool = self.broker.pool
-        for device, sample in telemetry.items():
-            health = sample.health
-            unit = pool.unit(device)
-            if unit is not None and unit.kind is Kind.MIG:
-                gpu = telemetry.get(unit.gpu)
-                health = None if gpu is not None and gpu.health == health else health
-            was = pool.marked_unhealthy(device)
-            if health == was:
-                continue
-            if health:
-                pool.mark_unhealthy(device, health)
-                names = [g.holder.name for g in pool.holders_on(device)]
-                verb = "holds it and keeps" if len(names) == 1 else "hold it and keep"
-                held = f"; {', '.join(names)} {verb} running" if names else ""
-                self.log.warning(
-                    "gpuspawner: %s is unhealthy (%s): no new server gets it%s",
-                    device,
-                    health,
-                    held,
-                )
-            else:
-                pool.mark_healthy(device)
-                self.log.info("gpuspawner: %s is healthy again (was: %s)", device, was)
 
     def _foreign_processes(self, telemetry: dict[str, Telemetry]) -> dict[str, str]:
         """Free GPUs and MIG instances with compute processes: no server of ours runs them."""

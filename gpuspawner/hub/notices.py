@@ -21,7 +21,7 @@ from jupyterhub.utils import url_escape_path, url_path_join
 from tornado.httputil import url_concat
 
 from ..core.limits import UserLimits
-from ..core.pool import Pool
+from ..core.pool_view import PoolView
 from ..core.profiles import Profile
 from ..core.waiting import ended_by_restart
 from ..records.waiting import Waited
@@ -47,7 +47,7 @@ def stopped_by_admin(reason: str) -> str:
 
 
 def cpu_profile(
-    profiles: Sequence[Profile], limits: UserLimits, user_id: int, pool: Pool
+    profiles: Sequence[Profile], limits: UserLimits, user_id: int, pool: PoolView
 ) -> Profile | None:
     """The first CPU-only profile this user may start now, if any (a MIG or shared-GPU
     profile asks for no whole GPU, but is no CPU-only one)."""

@@ -47,11 +47,9 @@ class Reclaimer:
         broker = self.broker
         now = broker.clock()
         grants = [g for g in broker.pool.grants() if not g.stopping]
-        broker.idle.forget_all_but(g.key for g in grants)
         self._week, self._members = None, {}
         for grant in grants:
             busy = observation.busy.get(grant.key)
-            broker.idle.update(grant.key, busy, now)
             try:
                 user = self.app.users[grant.holder.user_id]
             except KeyError:
@@ -70,7 +68,7 @@ class Reclaimer:
             grant.key,
             grant.weight,
             grant.since,
-            self.broker.idle.idle_since.get(grant.key),
+            self.broker.idle_since(grant.key),
             limits.durations,
             now,
         )

@@ -35,9 +35,10 @@ from ..core.words import server_name
 from ..engine import processes
 from ..records.ledger import Ledger
 from . import access, lease_api, metrics, notices, pages, slow_starts
-from .broker import Broker, BrokerNotRunning, KnownServers
+from .broker import Broker, BrokerNotRunning
 from .monitor import Monitor, Owners
 from .reclaimer import Reclaimer
+from .recovery import KnownServers
 
 SUPPORTED_MAJOR_VERSIONS = (6,)
 
@@ -162,7 +163,7 @@ async def start_broker(app: Any, spawner_class: Any = None) -> Broker:
     broker.line.limits_of = functools.partial(_limits_of, app, broker)
     _close_line_at_shutdown(app, broker)
     not_slow = slow_starts.install(app.log, broker.line)
-    broker.stoppables.append(lambda: app.log.removeFilter(not_slow))
+    broker.on_stop(lambda: app.log.removeFilter(not_slow))
     metrics.register_once()
     pages.install(app)
     lease_api.install(app)

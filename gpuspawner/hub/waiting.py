@@ -111,14 +111,14 @@ class Line:
         reserve_after: float = DEFAULT_RESERVE_AFTER,
         recent_use: Callable[[float], Mapping[int, float]] | None = None,
         record: LineRecord | None = None,
+        limits_of: Callable[[int], UserLimits | None] = lambda user_id: None,
     ) -> None:
         self.pool, self.idle, self.clock, self.log = pool, idle, clock, log
         self.reserve = reserve  # the broker's one way to take GPUs, for whoever's turn it is
         self.reserve_after = reserve_after
         self.recent_use = recent_use or (lambda now: {})
         self.record = record
-        # Set by the hub at start: each user's limits (for the estimates' clocks).
-        self.limits_of: Callable[[int], UserLimits | None] = lambda user_id: None
+        self.limits_of = limits_of  # each user's limits, by id (for the estimates' clocks)
         self._entries: dict[int, Entry] = {}
         self._order: list[int] = []  # the waiting keys in line order, as of the last pass
         self._reserving: set[int] = set()  # the heads freed units gather for

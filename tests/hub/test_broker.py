@@ -16,7 +16,8 @@ from gpuspawner.core.limits import Limited
 from gpuspawner.core.pool import DeviceState, Grant, Holder
 from gpuspawner.core.units import bare
 from gpuspawner.engine import docker as engine
-from gpuspawner.hub.broker import Broker, KnownServers
+from gpuspawner.hub.broker import Broker
+from gpuspawner.hub.recovery import KnownServers
 from gpuspawner.hub.refusals import Refused
 from gpuspawner.records.ledger import Ledger
 
@@ -97,15 +98,15 @@ class Removals:
 
 async def test_a_server_the_database_says_ended_is_removed_its_gpus_held_until_gone():
     """Its removal was never confirmed before the hub stopped: the new hub goes on with it."""
-    broker = broker_with(2)
-    broker.engine = engine_calls = Removals()
+    engine_calls = Removals()
+    broker = a_broker(gpus=2, engine=engine_calls)
     u = broker.pool.ids
     broker.recover([ours(ANN, (u[0],), "jupyter-ann")], known())
     [grant] = broker.pool.grants()
     assert grant.stopping and grant.holder == ANN
     assert broker.pool.states()[u[0]] is DeviceState.STOPPING
     broker.retry_removals()  # as each monitor tick does
-    await broker._removing[ANN.spawner_id]
+    assert not await broker.settled(ANN.spawner_id)  # waits for that removal: not confirmed
     assert engine_calls.asked == [(HUB, ANN.spawner_id, ("jupyter-ann",))]
     assert broker.pool.states()[u[0]] is DeviceState.STOPPING  # Docker did not confirm it
     broker.executor.shutdown(wait=False)

@@ -327,7 +327,7 @@ def test_a_gpu_whose_memory_no_one_told_shows_none_not_zero():
     broker = a_broker(site=site)
     cells = re.findall(r'data-testid="memory">(.*?)</td>', admin_page(pool_report(broker)))
     assert [" ".join(c.split()) for c in cells] == ["–", "80 GiB"]
-    broker.telemetry = {unknown.uuid: Telemetry(memory_used_bytes=3 * 2**30)}
+    broker.note_telemetry({unknown.uuid: Telemetry(memory_used_bytes=3 * 2**30)})
     cells = re.findall(r'data-testid="memory">(.*?)</td>', admin_page(pool_report(broker)))
     assert " ".join(cells[0].split()) == "3.0 GiB"
     broker.executor.shutdown(wait=False)

@@ -20,9 +20,10 @@ from gpuspawner.core.pool import DeviceState, Grant, Holder
 from gpuspawner.core.units import Kind, Request
 from gpuspawner.engine import docker as engine
 from gpuspawner.hub import form
-from gpuspawner.hub.broker import Broker, KnownServers
+from gpuspawner.hub.broker import Broker
 from gpuspawner.hub.lease_api import lease_of
 from gpuspawner.hub.monitor import Monitor, Observation
+from gpuspawner.hub.recovery import KnownServers
 from gpuspawner.hub.report import pool_report
 from gpuspawner.records.ledger import Ledger
 
@@ -225,7 +226,7 @@ def test_only_the_busy_servers_on_a_shared_gpu_count_as_busy(tmp_path):
         observation.layout,
     )
     now[0] = 1060.0
-    monitor.apply(observation)
+    observation = monitor.apply(observation)
     busy = {g.holder.user: observation.busy[g.key] for g in (ann, bob, cat)}
     assert busy == {"ann": True, "bob": False, "cat": False}
     assert observation.telemetry[l40s].utilization_percent == 90

@@ -14,6 +14,7 @@ from gpuspawner.engine import docker as engine
 from gpuspawner.hub.broker import Broker
 from gpuspawner.hub.monitor import Monitor, Observation
 from gpuspawner.hub.reclaimer import Reclaimer
+from gpuspawner.records.ledger import Ledger
 
 LOG = logging.getLogger("test")
 ANN = Holder(1, 10, "ann")
@@ -82,17 +83,21 @@ def test_a_new_grant_of_the_same_server_starts_a_fresh_idle_clock():
     now = [1000.0]
     broker = broker_at(now)
     old = broker.reserve(ANN, 1)
-    broker.idle.update(old.key, False, now[0])  # idle since 1000
+    broker.note_busy({old.key: False}, now[0])  # idle since 1000
+    assert broker.idle_since(old.key) == 1000.0
     broker.pool.release(old.key)  # stopped and started again between two ticks
     broker.reserve(ANN, 1)
-    assert old.key not in broker.idle.idle_since
+    assert broker.idle_since(old.key) is None
 
 
-def test_a_ledger_that_fails_costs_the_tick_nothing_else():
+class FullDisk(Ledger):
+    def seen(self, *args):
+        raise sqlite3.OperationalError("database or disk is full")
+
+
+def test_a_ledger_that_fails_costs_the_tick_nothing_else(tmp_path):
     """A full disk under the ledger: GPUs used outside JupyterHub are still kept out."""
-    now = [1000.0]
-    broker = broker_at(now)
-    broker.ledger = SimpleNamespace(seen=full_disk)
+    broker = a_broker(gpus=2, ledger=FullDisk(str(tmp_path / "usage.sqlite")))
     outside = engine.seen(
         {
             "Id": "job",
@@ -104,7 +109,3 @@ def test_a_ledger_that_fails_costs_the_tick_nothing_else():
     )
     Monitor(broker, LOG).apply(Observation({}, [outside]))
     assert broker.pool.states()[broker.pool.ids[0]] is DeviceState.EXTERNAL
-
-
-def full_disk(*args):
-    raise sqlite3.OperationalError("database or disk is full")

@@ -1,0 +1,66 @@
+"""The pool as everyone but its owner sees it: answers, never changes.
+
+The broker owns the pool (`hub.broker`); the form, the pages, the metrics and the
+waiting line's estimates read it through this view, so that a change to the books
+can only come through the broker's own calls (mypy checks it).
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from fractions import Fraction
+from typing import Protocol
+
+from .grants import Grant, Usage
+from .placement import NotEnoughGPUs
+from .units import Request, Unit
+
+
+class DeviceState(StrEnum):
+    FREE = "free"
+    ALLOCATED = "allocated"
+    STOPPING = "stopping"
+    UNHEALTHY = "unhealthy"
+    EXTERNAL = "external"
+
+
+class PoolView(Protocol):
+    @property
+    def units(self) -> tuple[Unit, ...]: ...
+
+    @property
+    def gpus(self) -> tuple[str, ...]: ...
+
+    def unit(self, unit_id: str) -> Unit | None: ...
+
+    def watched(self) -> tuple[str, ...]: ...
+
+    def weight_of(self, request: Request) -> Fraction: ...
+
+    def grant_of(self, key: int) -> Grant | None: ...
+
+    def grants(self) -> list[Grant]: ...
+
+    def holder_of(self, unit_id: str) -> Grant | None: ...
+
+    def holders_on(self, device: str) -> list[Grant]: ...
+
+    def free_count(self, request: Request | None = None) -> int: ...
+
+    def on_one_machine(self, request: Request, usable: bool = False) -> int: ...
+
+    def refusal(self, request: Request) -> NotEnoughGPUs | None: ...
+
+    def usage(self) -> Usage: ...
+
+    def states(self) -> dict[str, DeviceState]: ...
+
+    def unhealthy_reason(self, unit_id: str) -> str | None: ...
+
+    def marked_unhealthy(self, device: str) -> str | None: ...
+
+    def external_user(self, unit_id: str) -> str | None: ...
+
+    def externals(self) -> dict[str, str]: ...
+
+    def unreachable(self) -> dict[str, str]: ...
