@@ -5,7 +5,8 @@ of shared GPUs. Every change happens under one lock and in one step, so a unit
 is never held by two servers (and a shared GPU is never in more servers than
 it has slots), and an allocation takes all the units it asked for or none.
 
-The pool may span several machines (nodes): a grant's units all come from one
+The state and every question about it are `books.Books`'s; this adds what takes
+and gives units. The pool may span several machines (nodes): a grant's units all come from one
 (`placement.one_node`), and a machine that cannot be reached gives nothing
 until it is marked reachable again, while grants on it stay on the books.
 
@@ -16,13 +17,12 @@ to be gone. Between the two, nobody else can be given those GPUs.
 
 from __future__ import annotations
 
-import threading
 import time
-from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from fractions import Fraction
 
+from .books import GONE, Books
 from .grants import Admission, Grant, Holder, Usage
 from .placement import (
     PLACEMENT_POLICIES,
@@ -36,17 +36,14 @@ from .placement import (
 from .pool_view import DeviceState
 from .units import Kind, Request, Unit, bare
 
-__all__ = ["Admission", "DeviceState", "Grant", "Holder", "NotEnoughGPUs", "Usage"]
+__all__ = ["GONE", "Admission", "DeviceState", "Grant", "Holder", "NotEnoughGPUs", "Usage"]
 
 
 class AlreadyHolding(Exception):
     """A server asked for GPUs while its earlier grant was never released."""
 
 
-GONE = "no longer exists: the GPU's MIG layout changed"
-
-
-class Pool:
+class Pool(Books):
     """The shared pool. Thread-safe; every public method is one atomic step.
 
     `units` may be plain UUIDs, each then a whole GPU (tests, benchmarks). `topology`
@@ -60,15 +57,11 @@ class Pool:
         clock: Callable[[], float] = time.time,
         topology: Topology | None = None,
     ) -> None:
-        found = [u if isinstance(u, Unit) else bare(u, i) for i, u in enumerate(units)]
-        if len({u.id for u in found}) != len(found):
-            raise ValueError("a GPU UUID appears twice in the inventory")
+        super().__init__([u if isinstance(u, Unit) else bare(u, i) for i, u in enumerate(units)])
         if policy not in PLACEMENT_POLICIES:
             raise ValueError(f"unknown placement policy {policy!r}: {sorted(PLACEMENT_POLICIES)}")
         self.policy = policy
-        self._units = {u.id: u for u in found}
-        place = {u.gpu: (u.node, u.index) for u in found}
-        self.gpus = tuple(sorted(place, key=place.__getitem__))  # the physical GPUs, fixed
+        place = {u.gpu: (u.node, u.index) for u in self._units.values()}
         machines: dict[str, dict[str, int]] = {}  # node → its GPUs' indices
         for gpu in self.gpus:
             node, index = place[gpu]
@@ -80,37 +73,8 @@ class Pool:
             for node, gpus in machines.items()
         }
         self._clock = clock
-        self._grants: dict[int, Grant] = {}
-        self._holder_of: dict[str, int] = {}  # unit id → grant key
-        self._unhealthy: dict[str, str] = {}  # GPU or device id → why
-        self._external: dict[str, str] = {}  # GPU or device id → who uses it
-        self._gone: set[str] = set()  # units a layout change removed while held
-        self._unreachable: dict[str, str] = {}  # node → why
-        self._lock = threading.RLock()
 
-    # --- what there is ------------------------------------------------------------
-    @property
-    def units(self) -> tuple[Unit, ...]:
-        with self._lock:
-            return tuple(self._units.values())
-
-    @property
-    def ids(self) -> tuple[str, ...]:
-        with self._lock:
-            return tuple(self._units)
-
-    def unit(self, unit_id: str) -> Unit | None:
-        with self._lock:
-            return self._units.get(unit_id)
-
-    def watched(self) -> tuple[str, ...]:
-        """What the monitor samples: each GPU (health, temperature) and each MIG instance
-        (its own memory and processes)."""
-        with self._lock:
-            devices = (u.device for u in self._units.values())
-            return tuple(dict.fromkeys([*self.gpus, *devices]))
-
-    # --- allocation -------------------------------------------------------------------
+    # --- taking and giving back ---------------------------------------------------------
     def allocate(
         self, holder: Holder, request: Request | int, admit: Admission | None = None
     ) -> Grant:
@@ -150,6 +114,16 @@ class Pool:
         with self._lock:
             weights = [u.weight for u in self._units.values() if request.matches(u)]
         return min(weights, default=Fraction(1))
+
+    def refusal(self, request: Request) -> NotEnoughGPUs | None:
+        """What allocating `request` now would be refused with for want of units (limits
+        aside), without taking anything: for the spawn form."""
+        with self._lock:
+            try:
+                self._choose(request)
+            except NotEnoughGPUs as short:
+                return short
+            return None
 
     def _choose(self, request: Request) -> tuple[Unit, ...]:
         if request.kind is None:
@@ -233,170 +207,3 @@ class Pool:
             merged.sort(key=lambda u: (u.node, u.index, u.position))
             self._units = {u.id: u for u in merged}
             return True
-
-    def mark_unhealthy(self, device: str, reason: str) -> None:
-        """A GPU (all its units) or one MIG instance must not be handed out."""
-        with self._lock:
-            self._unhealthy[device] = reason
-
-    def mark_healthy(self, device: str) -> None:
-        with self._lock:
-            self._unhealthy.pop(device, None)
-
-    def marked_unhealthy(self, device: str) -> str | None:
-        """Why this GPU or MIG instance itself was marked unhealthy (not its GPU's reason)."""
-        with self._lock:
-            return self._unhealthy.get(device)
-
-    def mark_unreachable(self, node: str, reason: str) -> None:
-        """A machine whose Docker cannot be reached: its units are neither free nor handed
-        out, and grants on it stay held until released."""
-        with self._lock:
-            self._unreachable[node] = reason
-
-    def mark_reachable(self, node: str) -> None:
-        with self._lock:
-            self._unreachable.pop(node, None)
-
-    def unreachable(self) -> dict[str, str]:
-        """The machines marked unreachable, and why."""
-        with self._lock:
-            return dict(self._unreachable)
-
-    def set_external(self, users: dict[str, str]) -> None:
-        """GPUs or MIG instances busy outside the hub (id → who), replacing the previous
-        set. A GPU's UUID covers every unit on it."""
-        with self._lock:
-            known = {*self.gpus, *(u.device for u in self._units.values())}
-            self._external = {i: who for i, who in users.items() if i in known}
-
-    def externals(self) -> dict[str, str]:
-        with self._lock:
-            return dict(self._external)
-
-    # --- what is held ---------------------------------------------------------------------
-    def grant_of(self, key: int) -> Grant | None:
-        with self._lock:
-            return self._grants.get(key)
-
-    def grants(self) -> list[Grant]:
-        with self._lock:
-            return list(self._grants.values())
-
-    def holder_of(self, unit_id: str) -> Grant | None:
-        with self._lock:
-            key = self._holder_of.get(unit_id)
-            return None if key is None else self._grants[key]
-
-    def holders_on(self, device: str) -> list[Grant]:
-        """The grants holding a unit on this GPU, or this MIG instance."""
-        with self._lock:
-            keys = {
-                key
-                for unit_id, key in self._holder_of.items()
-                if device in (self._units[unit_id].gpu, self._units[unit_id].device)
-            }
-            return [self._grants[k] for k in sorted(keys)]
-
-    def free_count(self, request: Request | None = None) -> int:
-        """Free units (that `request` could take)."""
-        with self._lock:
-            return sum(
-                self._state(u) is DeviceState.FREE and (request is None or request.matches(u))
-                for u in self._units.values()
-            )
-
-    def on_one_machine(self, request: Request, usable: bool = False) -> int:
-        """The most units `request` could take on one machine (a grant's all come from one),
-        free or not: fewer than it asks for, and it can never start. `usable`: only those it
-        could take once their servers end (not unhealthy, not used outside the hub, not on
-        an unreachable machine)."""
-        unusable = (DeviceState.UNHEALTHY, DeviceState.EXTERNAL) if usable else ()
-        with self._lock:
-            on = Counter(
-                u.node
-                for u in self._units.values()
-                if request.matches(u) and self._state(u) not in unusable
-            )
-        return max(on.values(), default=0)
-
-    def refusal(self, request: Request) -> NotEnoughGPUs | None:
-        """What allocating `request` now would be refused with for want of units (limits
-        aside), without taking anything: for the spawn form."""
-        with self._lock:
-            try:
-                self._choose(request)
-            except NotEnoughGPUs as short:
-                return short
-            return None
-
-    def usage(self) -> Usage:
-        with self._lock:
-            return self._usage()
-
-    def states(self) -> dict[str, DeviceState]:
-        """Each unit's state; an unhealthy unit reads unhealthy even while held."""
-        with self._lock:
-            return {i: self._state(u) for i, u in self._units.items()}
-
-    def unhealthy_reason(self, unit_id: str) -> str | None:
-        """Why a unit is not handed out for its health: its own, else its GPU's."""
-        with self._lock:
-            unit = self._units.get(unit_id)
-            if unit is None:
-                return self._unhealthy.get(unit_id)
-            return self._unhealth(unit)
-
-    def external_user(self, unit_id: str) -> str | None:
-        with self._lock:
-            unit = self._units.get(unit_id)
-            if unit is None:
-                return self._external.get(unit_id)
-            return self._external.get(unit.device) or self._external.get(unit.gpu)
-
-    def _unhealth(self, unit: Unit) -> str | None:
-        if unit.id in self._gone:
-            return GONE
-        return (
-            self._unreachable.get(unit.node)
-            or self._unhealthy.get(unit.device)
-            or self._unhealthy.get(unit.gpu)
-        )
-
-    def _reachable(self) -> set[str]:
-        return {u.node for u in self._units.values()} - set(self._unreachable)
-
-    def _usage(self) -> Usage:
-        usage = Usage()
-        for grant in self._grants.values():
-            if grant.stopping:
-                continue
-            usage.by_user[grant.holder.user_id] += grant.weight
-            if grant.quota_group is not None:
-                usage.by_group[grant.quota_group] += grant.weight
-        return usage
-
-    def _state(self, unit: Unit) -> DeviceState:
-        if self._unhealth(unit):
-            return DeviceState.UNHEALTHY
-        key = self._holder_of.get(unit.id)
-        if key is not None:
-            return DeviceState.STOPPING if self._grants[key].stopping else DeviceState.ALLOCATED
-        if unit.device in self._external or unit.gpu in self._external:
-            return DeviceState.EXTERNAL
-        return DeviceState.FREE
-
-    def _record(self, grant: Grant) -> None:
-        self._grants[grant.key] = grant
-        for unit in grant.units:
-            self._holder_of[unit.id] = grant.key
-
-    def _forget(self, key: int) -> Grant | None:
-        grant = self._grants.pop(key, None)
-        if grant is not None:
-            for unit in grant.units:
-                del self._holder_of[unit.id]
-                if unit.id in self._gone:
-                    self._gone.discard(unit.id)
-                    del self._units[unit.id]
-        return grant
