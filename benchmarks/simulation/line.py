@@ -1,10 +1,10 @@
-"""gpuspawner's waiting line (`core.queue`), run as the hub would run it, for the queue row.
+"""gpuspawner's waiting line (`core.line`), run as the hub would run it, for the queue row.
 
 With a line, a start that finds no room is not refused: it waits in line, and
 every minute `queue.in_order` orders the line (recent GPU-hours from the
 grants' `usage.UsageRecord`s, decayed with `usage.decayed_gpu_hours`) and
 `queue.starting_now` says who starts, with backfill and a reservation for
-whoever has waited long. The hub's line (`hub.waiting`) runs the same
+whoever has waited long. The hub's line (`hub.line`) runs the same
 functions on events instead of every minute. The documented team has no group
 priorities, so all wait at priority 0.
 """
@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from gpuspawner.core.queue import DEFAULT_RESERVE_AFTER, Waiting, in_order, starting_now
+from gpuspawner.core.line import DEFAULT_RESERVE_AFTER, Waiting, in_order, starting_now
 from gpuspawner.core.usage import UsageRecord, decayed_gpu_hours
 
 

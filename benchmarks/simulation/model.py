@@ -35,8 +35,8 @@ from datetime import datetime, timedelta
 from gpuspawner.core.culling import IdleClock, decide, idle_arbiter
 from gpuspawner.core.gpus import Telemetry
 from gpuspawner.core.limits import LimitExceeded, UserLimits
+from gpuspawner.core.line import Waiting
 from gpuspawner.core.pool import Holder, NotEnoughGPUs, Pool
-from gpuspawner.core.queue import Waiting
 
 from .line import Line
 from .measures import Outcome

@@ -13,7 +13,7 @@ differ in who stops idle servers:
   default until the first run of this simulator showed what it costs).
 The baseline is the machine split up front: each person uses only the GPUs
 dealt to them, which nobody else may take, all week.
-The queue row adds gpuspawner's waiting line (core.queue, whose hub side is
+The queue row adds gpuspawner's waiting line (core.line, whose hub side is
 still to come) to the best of the culling policies: a start that finds no
 room waits in line instead of being refused. There is no GPU slicing yet:
 when it comes, it is one more row here.
@@ -34,7 +34,7 @@ class Policy:
     fixed: bool = False  # GPUs dealt to people up front, instead of one shared pool
     culler: bool = False  # jupyterhub-idle-culler runs (idle_timeout, or its own --timeout)
     monitor: Busyness | None = None  # gpuspawner's GPU monitor, with what counts as busy
-    queue: bool = False  # a start that finds no room waits in gpuspawner's line (core.queue)
+    queue: bool = False  # a start that finds no room waits in gpuspawner's line (core.line)
     shipped: bool = False  # what gpuspawner's example config runs: the targets apply to it
 
 

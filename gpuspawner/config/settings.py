@@ -22,8 +22,8 @@ from traitlets import (
     validate,
 )
 
+from ..core.line import DEFAULT_RESERVE_AFTER
 from ..core.placement import PLACEMENT_POLICIES
-from ..core.queue import DEFAULT_RESERVE_AFTER
 from ..devices.simulated import MACHINE
 
 # The number settings: each one's unit, and whether 0 is allowed (none may be infinite).

@@ -28,23 +28,23 @@ from ..config.site import GPUSite
 from ..core.culling import IdleClock
 from ..core.gpus import Telemetry
 from ..core.limits import LimitExceeded, UserLimits
+from ..core.line import DEFAULT_RESERVE_AFTER
 from ..core.placement import NotEnoughGPUs
 from ..core.pool import Admission, Grant, Holder
 from ..core.pool_view import PoolView
 from ..core.profiles import Profile
-from ..core.queue import DEFAULT_RESERVE_AFTER
 from ..core.silence import Silence, Silences
 from ..core.units import Request, Unit
 from ..core.usage import DEFAULT_HALF_LIFE, decayed_gpu_hours
 from ..engine.base import Engine, LookPast, Seen
 from ..records.ledger import Ledger
-from ..records.waiting import LineRecord
+from ..records.line import LineRecord, Waited
 from .counters import ALLOCATION_SECONDS
+from .line import Line, WaitEnded
 from .machine import Machine
 from .recovery import KnownServers, adopt, recover_ledger
 from .refusals import refused
 from .removals import Removals
-from .waiting import Line, WaitEnded
 
 RECENT_USE_HALF_LIVES = 10  # use older than this many half-lives counts for less than 0.1 %
 
@@ -111,6 +111,7 @@ class Broker:
 
     @property
     def line(self) -> Line:
+        """The waiting line, to read (`line_status`); changed through the broker's methods."""
         return self._line
 
     @property
@@ -229,6 +230,22 @@ class Broker:
 
     def retry_removals(self) -> None:
         self._removals.retry()
+
+    def pass_line(self) -> None:
+        """Let the waiting line start whoever now fits (after a monitor tick)."""
+        self._line.run()
+
+    def take_out_of_line(self, key: int) -> bool:
+        """An admin's decision: the start ends with a message, holding nothing."""
+        return self._line.remove(key)
+
+    def line_before_restart(self) -> list[Waited]:
+        """At hub start: who waited when the hub before this one ended."""
+        return self._line.forget_previous()
+
+    def close_line(self) -> None:
+        """The hub shuts down: nobody starts any more, and the written line is kept."""
+        self._line.shut_down()
 
     def on_stop(self, stop: Callable[[], None]) -> None:
         """Call `stop` at shutdown (the monitor's timer, a log filter)."""

@@ -23,6 +23,7 @@ from prometheus_client.registry import Collector
 from ..core.pool import DeviceState
 from ..core.units import Kind
 from ..core.words import NO_GROUP
+from . import line_status
 from .broker import Broker, BrokerNotRunning
 from .counters import ENGINE_ERRORS, GPU_SECONDS_BUSY, GPU_SECONDS_HELD
 from .monitor import Observation
@@ -170,7 +171,7 @@ class LineCollector(Collector):
             "GPU starts waiting in line, by the group they wait as (their priority's).",
             labels=["group"],
         )
-        for group, count in sorted(broker.line.waiting_by_group().items()):
+        for group, count in sorted(line_status.waiting_by_group(broker.line).items()):
             waiting.add_metric([group], count)
         yield waiting
 

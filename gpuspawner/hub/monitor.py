@@ -82,7 +82,7 @@ class Monitor:
             loop = asyncio.get_running_loop()
             seen = await loop.run_in_executor(self.broker.executor, self.observe)
             observation = self.apply(seen)
-            self.broker.line.run()  # a GPU back from ill health or outside use; new estimates
+            self.broker.pass_line()  # a GPU back from ill health or outside use; new estimates
             for listener in self.listeners:
                 result = listener(observation)
                 if result is not None:

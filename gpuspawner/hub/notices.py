@@ -21,10 +21,10 @@ from jupyterhub.utils import url_escape_path, url_path_join
 from tornado.httputil import url_concat
 
 from ..core.limits import UserLimits
+from ..core.line import ended_by_restart
 from ..core.pool_view import PoolView
 from ..core.profiles import Profile
-from ..core.waiting import ended_by_restart
-from ..records.waiting import Waited
+from ..records.line import Waited
 from .form import NoticeRow, why_not_now
 
 STATE_NOTICE = "stop_notice"

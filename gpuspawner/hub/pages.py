@@ -125,7 +125,7 @@ class WaitingAPIHandler(APIHandler):
         orm_spawner = self.db.get(orm.Spawner, int(key))
         if orm_spawner is not None:
             access.require_delete_servers(self, orm_spawner.user.name)
-        if orm_spawner is None or not Broker.current().line.remove(int(key)):
+        if orm_spawner is None or not Broker.current().take_out_of_line(int(key)):
             raise web.HTTPError(404, f"No start with key {key} is waiting in line")
         self.set_status(204)
 

@@ -15,7 +15,7 @@ from ..core.limits import LimitExceeded
 from ..core.placement import NotEnoughGPUs
 from ..core.profiles import Profile
 from .counters import SPAWNS_REFUSED
-from .waiting import WaitEnded
+from .line import WaitEnded
 
 
 class Refused(Exception):

@@ -35,10 +35,9 @@ from ..core.pool import Grant, Holder
 from ..core.profiles import InvalidUserOptions, Profile, choose_profile
 from ..core.units import units_in_words
 from ..core.words import duration, from_group, your_server
-from . import budgets, notices, spawn_page, startup
+from . import budgets, line_status, notices, spawn_page, startup
 from .broker import Broker, BrokerNotRunning
 from .refusals import Refused, failed_start, refused_start
-from .waiting import progress_in_line
 
 LINKS_CANNOT_START = (
     "A link cannot start a server: check the choice below and press Start. "
@@ -225,7 +224,7 @@ class GPUServer(GPUSettings, EngineSpawner):
             raise refused_start(str(refusal), "budget", 403)
 
     async def _take(self, profile: Profile, limits: UserLimits) -> Grant:
-        """GPUs from the broker; a GPU start goes through the waiting line (`hub.waiting`)."""
+        """GPUs from the broker; a GPU start goes through the waiting line (`hub.line`)."""
         try:
             return await self.broker.take(self.holder, profile, limits)
         except Refused as no:
@@ -256,10 +255,10 @@ class GPUServer(GPUSettings, EngineSpawner):
     async def progress(self) -> Any:
         line, key = self.broker.line, self.orm_spawner.id
         first = None
-        async for status in line.watch(key, self.reserved):
+        async for status in line_status.watch(line, key, self.reserved):
             place = line.place_of(key) or 1
             first = first or place
-            yield {"progress": progress_in_line(first, place), "message": status}
+            yield {"progress": line_status.progress_in_line(first, place), "message": status}
         await self.reserved.wait()
         grant = self.current_start.grant if self.current_start is not None else None
         if grant is None or not grant.units:

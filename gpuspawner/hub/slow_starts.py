@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import logging
 
-from .waiting import Line
+from . import line_status
+from .line import Line
 
 SLOW = "User %s is slow to start (timeout=%s)"  # JupyterHub 6.1's words (handlers/base.py)
 WAITING = "User %s is waiting in line for GPUs (place %d), not slow to start"
@@ -27,7 +28,7 @@ class WaitingIsNotSlow(logging.Filter):
             return True
         name = str(record.args[0])  # JupyterHub's user:server, or the user alone
         user, _, server = name.partition(":")
-        place = self.line.place_by_name(user, server)
+        place = line_status.place_by_name(self.line, user, server)
         if place is not None:
             record.msg, record.args = WAITING, (name, place)
             record.levelno, record.levelname = logging.INFO, logging.getLevelName(logging.INFO)

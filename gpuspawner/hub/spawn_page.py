@@ -12,7 +12,7 @@ from typing import Any
 from jupyterhub.utils import url_escape_path, url_path_join
 
 from ..core.limits import UserLimits
-from . import budgets, form, notices
+from . import budgets, form, line_status, notices
 from .broker import Broker
 
 RESTART_ON = "restart_on"  # the form button of a stop notice: start that server on this profile
@@ -45,7 +45,7 @@ def render(
             user.id,
             pool,
             preselected,
-            broker.line.waiting_by_profile(),
+            line_status.waiting_by_profile(broker.line),
             over_budget=str(budget.refusal(broker.clock()) or ""),
             may_wait=broker.line.may_wait(user.id, limits),
         ),

@@ -200,7 +200,7 @@ async def _blocking(broker: Broker, call: Any) -> Any:
 def _end_previous_line(app: Any, broker: Broker) -> None:
     """Who was waiting when the hub before this one ended learns, on their next spawn page,
     that their start ended: JupyterHub has already forgotten it."""
-    for entry in notices.end_waiting_starts(app.db, broker.line.forget_previous(), time.time()):
+    for entry in notices.end_waiting_starts(app.db, broker.line_before_restart(), time.time()):
         app.log.warning(
             "gpuspawner: %s was waiting in line for %s when the hub stopped; that start has "
             "ended and their next spawn page says so",
@@ -217,7 +217,7 @@ def _close_line_at_shutdown(app: Any, broker: Broker) -> None:
 
     @functools.wraps(cleanup)
     async def close_line_then_clean_up(*args: Any, **kwargs: Any) -> Any:
-        broker.line.shut_down()
+        broker.close_line()
         return await cleanup(*args, **kwargs)
 
     app.cleanup = close_line_then_clean_up

@@ -145,6 +145,6 @@ def test_with_the_queue_freed_gpus_are_kept_for_the_head_of_the_line():
     refused = replay(trace, site(gpus=2), SHIPPED, minutes=DAY)
     assert sorted(refused.waits) == [0, 0, 120 * 60]  # carol takes the free GPU at once
     queued = replay(trace, site(gpus=2), QUEUE, minutes=DAY)
-    # bob has waited past reserve_after (10 min): carol waits behind him, as core.queue says
+    # bob has waited past reserve_after (10 min): carol waits behind him, as core.line says
     assert sorted(queued.waits) == [0, 120 * 60, 150 * 60]
     assert not queued.refusals

@@ -19,10 +19,11 @@ from gpuspawner.core.placement import NotEnoughGPUs
 from gpuspawner.core.pool import Grant, Holder
 from gpuspawner.core.units import Request, bare
 from gpuspawner.core.usage import HOUR
+from gpuspawner.hub import line_status
 from gpuspawner.hub.counters import WAIT_OUTCOMES
-from gpuspawner.hub.waiting import WaitEnded
+from gpuspawner.hub.line import WaitEnded
 from gpuspawner.records.ledger import Ledger
-from gpuspawner.records.waiting import LineRecord
+from gpuspawner.records.line import LineRecord
 
 LOG = logging.getLogger("test")
 LIMITS = {
@@ -302,7 +303,7 @@ async def test_the_pending_page_says_where_one_stands_and_what_frees_up_when(bro
     seen = []
 
     async def watch():
-        async for text in broker.line.watch(2, reserved):
+        async for text in line_status.watch(broker.line, 2, reserved):
             seen.append(text)
 
     watcher = asyncio.ensure_future(watch())
@@ -429,7 +430,7 @@ async def test_a_change_while_the_page_is_being_told_is_not_missed(broker):
     start(broker, 1, "vip"), start(broker, 2, "researchers")
     await settle()
     reserved, seen = asyncio.Event(), []
-    watching = broker.line.watch(2, reserved)
+    watching = line_status.watch(broker.line, 2, reserved)
     seen.append(await anext(watching))  # the page has its first status, and is sending it
     broker.line.remove(1)  # the line moves before the page asks again
     seen.append(await asyncio.wait_for(anext(watching), 1))

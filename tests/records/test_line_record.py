@@ -1,7 +1,7 @@
 """The line as written down: what a restarted hub finds of the line of the hub before it."""
 
 from gpuspawner.records.ledger import Ledger
-from gpuspawner.records.waiting import LineRecord, Waited
+from gpuspawner.records.line import LineRecord, Waited
 
 ANN = Waited(1, 10, "ann", "train", "Two H100s", "2 GPUs", 1000.0)
 BOB = Waited(2, 11, "bob", "", "One H100", "1 GPU", 900.0)

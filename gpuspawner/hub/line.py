@@ -3,7 +3,7 @@
 Every GPU start passes through the broker's line. One that can be served now
 starts at once; one that cannot waits, up to its group's `max_wait`, and is
 woken with its GPUs already reserved when its turn comes. Who goes next is the
-core's rule (`core.queue`: priority, then recent GPU-hours, then arrival;
+core's rule (`core.line`: priority, then recent GPU-hours, then arrival;
 backfill, then a reservation for a head that has waited `reserve_after`).
 
 The line never polls. A pass runs when something happens that can let a
@@ -14,7 +14,7 @@ each waiter whose turn has come gets its GPUs from the pool (one atomic step
 each, in line order) and is woken. JupyterHub cancels a pending spawn's task
 on DELETE, so a waiter leaves the line in a `finally` and holds nothing.
 
-Entries are also written down (`records.waiting`), so that a restarted hub,
+Entries are also written down (`records.line`), so that a restarted hub,
 which has lost every pending spawn, can tell each person their start ended.
 """
 
@@ -23,25 +23,23 @@ from __future__ import annotations
 import asyncio
 import logging
 import sqlite3
-from collections import Counter
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import Any
 
-from ..core import waiting as words
+from ..core import line as words
 from ..core.culling import IdleClock
-from ..core.estimates import Holding, next_freeing
 from ..core.limits import LimitExceeded, UserLimits
+from ..core.line import DEFAULT_RESERVE_AFTER, Outcome, Waiting, in_order, starting_now
 from ..core.placement import NotEnoughGPUs
 from ..core.pool import Admission, Grant, Holder, Pool
-from ..core.queue import DEFAULT_RESERVE_AFTER, Outcome, Waiting, in_order, starting_now
-from ..core.units import Kind, Request
+from ..core.units import Request
 from ..core.words import DEFAULT_GROUP, duration, server_name
-from ..records.waiting import LineRecord, Waited
+from ..records.line import LineRecord, Waited
+from . import line_status
 from .counters import observe_wait
 
-NOUNS = {Kind.GPU: "GPU", Kind.MIG: "MIG instance", Kind.SHARED: "shared slot"}
 Reserve = Callable[[Holder, Request, Admission], Grant]  # GPUs now, or why not (raises)
 RECENT_USE_TTL = 60.0  # seconds between two reads of everyone's recent use from the ledger
 
@@ -75,26 +73,6 @@ class Entry:
         """The group whose quota it waits for, if that is what holds it back."""
         over = self.blocked
         return over.group if isinstance(over, LimitExceeded) and over.waitable else None
-
-
-@dataclass(frozen=True)
-class Standing:
-    """One entry as admins see it."""
-
-    position: int
-    key: int
-    user: str
-    server: str
-    profile: str
-    asks_for: str  # the request in words: "2 GPUs", "a MIG instance 1g.10gb"
-    gpus: float  # in GPU-equivalents
-    group: str
-    priority: int
-    recent_gpu_hours: float
-    arrived: float
-    gives_up_at: float
-    waiting_for: str  # "gpus", or "quota" (its group's max_gpus_group)
-    kept_for: bool  # freed units gather for it (it has waited reserve_after and does not fit)
 
 
 class Line:
@@ -172,7 +150,7 @@ class Line:
             if not (await asyncio.wait([entry.result], timeout=timeout))[0]:
                 outcome = "max_wait"
                 text = words.gave_up(
-                    holder.server, request.what, self._place(entry), limits.max_wait, entry.quota
+                    holder.server, request.what, self.place(entry), limits.max_wait, entry.quota
                 )
                 raise WaitEnded(text, outcome, "limit" if entry.quota else "capacity")
             outcome = "refused"  # unless the result is GPUs, or the end of the wait
@@ -255,7 +233,7 @@ class Line:
         recent = self._recent_use(now) if len(self._entries) > 1 else {}
         ordered = in_order([e.waiting for e in self._entries.values()], recent)
         chosen = starting_now(
-            ordered, self._try, now, self.reserve_after, self._compete, self._try_apart
+            ordered, self._try, now, self.reserve_after, self.compete, self._try_apart
         )
         self._order = [w.key for w in ordered if w.key in self._entries]
         self._reserving = {w.key for w in chosen.reserved if w.key in self._entries}
@@ -264,7 +242,7 @@ class Line:
                 "gpuspawner: the line starts %d of %d", len(chosen.starting), len(ordered)
             )
 
-    def _compete(self, a: Waiting, b: Waiting) -> bool:
+    def compete(self, a: Waiting, b: Waiting) -> bool:
         """Whether two waiting starts could use one same unit (a MIG start and a whole-GPU
         start do not): only then does a reservation for one hold the other back. Known per
         pair of requests (profiles) until the next pass, which may see other units."""
@@ -354,131 +332,44 @@ class Line:
     def status(self, key: int) -> str | None:
         """Where a waiting start stands, for its pending page; None when it is not waiting."""
         entry = self._entries.get(key)
-        if entry is None:
-            return None
-        now = self.clock()
-        freeing = next_freeing(self._holdings(entry), now)
-        return words.standing(
-            entry.request.what,
-            self._place(entry),
-            entry.waiting.group,
-            now,
-            entry.deadline,
-            entry.limits.max_wait,
-            quota=entry.quota,
-            kept_for=key in self._reserving,
-            kept_ahead=any(k in self._reserving for k in self._ahead(entry)),
-            freeing=freeing.words if freeing else None,
-        )
+        return line_status.status(self, entry) if entry is not None else None
 
-    async def watch(self, key: int, until: asyncio.Event) -> AsyncIterator[str]:
-        """A waiting start's status each time it changes, until `until` is set."""
-        shown = None
-        while not until.is_set():
-            # the future first: a change while this status is on its way is not missed
-            if self._changed is None or self._changed.done():
-                self._changed = asyncio.get_running_loop().create_future()
-            changed = self._changed
-            status = self.status(key)
-            if status is not None and status != shown:
-                shown = status
-                yield status
-            reserved = asyncio.ensure_future(until.wait())
-            either: list[asyncio.Future[Any]] = [changed, reserved]
-            try:
-                await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                reserved.cancel()
+    def standings(self) -> list[line_status.Standing]:
+        """The line in order, for the admin page and its JSON."""
+        return line_status.standings(self, [self._entries[key] for key in self._order])
+
+    def entry(self, key: int) -> Entry | None:
+        return self._entries.get(key)
+
+    def entries(self) -> list[Entry]:
+        return list(self._entries.values())
+
+    def next_change(self) -> asyncio.Future[None]:
+        """Done at the line's next change (a place or an estimate may have moved)."""
+        if self._changed is None or self._changed.done():
+            self._changed = asyncio.get_running_loop().create_future()
+        return self._changed
+
+    def kept_for(self, key: int) -> bool:
+        """Whether freed units gather for this start (it has waited reserve_after)."""
+        return key in self._reserving
+
+    def recent_use_now(self) -> Mapping[int, float]:
+        return self._recent_use(self.clock())
 
     def place_of(self, key: int) -> int | None:
         """A waiting start's place (1: next), as its pending page says; None when not waiting."""
         entry = self._entries.get(key)
-        return self._place(entry) if entry is not None else None
+        return self.place(entry) if entry is not None else None
 
-    def place_by_name(self, user: str, server: str) -> int | None:
-        """The same, for a start known by its user's and server's names (JupyterHub's logs)."""
-        key = next(
-            (
-                k
-                for k, e in self._entries.items()
-                if (e.holder.user, e.holder.server) == (user, server)
-            ),
-            None,
-        )
-        return self.place_of(key) if key is not None else None
-
-    def waiting_by_profile(self) -> Counter[str]:
-        return Counter(entry.slug for entry in self._entries.values())
-
-    def waiting_by_group(self) -> Counter[str]:
-        return Counter(entry.waiting.group for entry in self._entries.values())
-
-    def standings(self) -> list[Standing]:
-        """The line in order, for the admin page and its JSON."""
-        recent = self._recent_use(self.clock())
-        rows = []
-        for place, key in enumerate(self._order, 1):
-            entry = self._entries[key]
-            w = entry.waiting
-            rows.append(
-                Standing(
-                    position=place,
-                    key=key,
-                    user=entry.holder.user,
-                    server=entry.holder.server,
-                    profile=entry.slug,
-                    asks_for=entry.request.what,
-                    gpus=w.gpus,
-                    group=w.group,
-                    priority=w.priority,
-                    recent_gpu_hours=round(recent.get(w.user_id, 0.0), 2),
-                    arrived=w.arrived,
-                    gives_up_at=entry.deadline,
-                    waiting_for="quota" if entry.quota else "gpus",
-                    kept_for=key in self._reserving,
-                )
-            )
-        return rows
-
-    def _holdings(self, entry: Entry) -> list[Holding]:
-        """The running servers whose end could let this waiter start: those holding units it
-        could use, or, for a wait on a group's quota, that group's."""
-        quota, found = entry.quota, []
-        for grant in self.pool.grants():
-            if grant.stopping or (quota and grant.quota_group != quota):
-                continue
-            usable = grant.units if quota else [u for u in grant.units if entry.request.matches(u)]
-            limits = self.limits_of(grant.holder.user_id)
-            if not usable or limits is None:
-                continue
-            found.append(
-                Holding(
-                    grant.holder.user,
-                    grant.holder.server,
-                    len(usable),
-                    grant.since,
-                    self.idle.idle_since.get(grant.key),
-                    limits.duration("max_age"),
-                    limits.duration("gpu_idle_timeout"),
-                    NOUNS[usable[0].kind],
-                )
-            )
-        return found
-
-    def _place(self, entry: Entry) -> int:
+    def place(self, entry: Entry) -> int:
         """Its place among the starts that wait for what it could use."""
-        return len(self._ahead(entry)) + 1
+        return len(self.ahead(entry)) + 1
 
-    def _ahead(self, entry: Entry) -> list[int]:
+    def ahead(self, entry: Entry) -> list[int]:
         """The starts ahead of it in line that compete with it (could use a unit it could)."""
         key = entry.waiting.key
         ahead = self._order[: self._order.index(key)] if key in self._order else self._order
         return [
-            k for k in ahead if k != key and self._compete(self._entries[k].waiting, entry.waiting)
+            k for k in ahead if k != key and self.compete(self._entries[k].waiting, entry.waiting)
         ]
-
-
-def progress_in_line(first: int, now: int) -> int:
-    """A waiting start's pending-page bar, in percent: 10 on arrival at place `first`, then
-    on towards 30 (its GPUs reserved) as it moves up, so the bar shows the line moving."""
-    return 10 + (20 * (first - now + 1)) // (first + 1)

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuspawner.core.queue import Outcome, Waiting, in_order, starting_now
+from gpuspawner.core.line import Outcome, Waiting, in_order, starting_now
 from gpuspawner.core.usage import HOUR, UsageRecord, decayed_gpu_hours
 
 DAY = 24 * HOUR
