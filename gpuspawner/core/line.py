@@ -36,7 +36,7 @@ above is what this policy promises instead.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 
 from .limits import Limited
@@ -84,6 +84,35 @@ def in_order(line: Sequence[Waiting], recent_use: Mapping[int, float]) -> list[W
     return sorted(line, key=lambda w: (-w.priority, recent_use.get(w.user_id, 0.0), w.arrived))
 
 
+@dataclass
+class LinePass:
+    """One pass over the line in order, step by step, with no call back into the caller.
+
+    For each waiting start in order the caller finds the reserving heads ahead of it
+    that it competes with (`reserved`, and its own rule of competing), tries it (on
+    all units it could use, or, behind such heads, only on units none of them could
+    use) and tells `tried` what came of it. The hub takes the GPUs as it tries, so
+    deciding and reserving are one pass; the rule of who reserves is here.
+    """
+
+    now: float
+    reserve_after: float = DEFAULT_RESERVE_AFTER
+    starting: list[Waiting] = field(default_factory=list)
+    reserved: list[Waiting] = field(default_factory=list)
+
+    def tried(self, waiting: Waiting, outcome: bool | Outcome, behind: bool = False) -> None:
+        """`behind`: it was tried apart from heads ahead of it, so it never reserves."""
+        if _starts(outcome):
+            self.starting.append(waiting)
+        elif (
+            not behind
+            and outcome is not Outcome.HELD
+            and waiting.patient
+            and self.now - waiting.arrived >= self.reserve_after
+        ):
+            self.reserved.append(waiting)  # short of units, and has waited long enough
+
+
 def starting_now(
     ordered: Sequence[Waiting],
     fits: Callable[[Waiting, Sequence[Waiting]], bool | Outcome],
@@ -93,34 +122,24 @@ def starting_now(
     fits_apart: Callable[[Waiting, Sequence[Waiting], Sequence[Waiting]], bool | Outcome]
     | None = None,
 ) -> Pass:
-    """Who of the `ordered` line starts now, and who reserves what frees up.
+    """Who of the `ordered` line starts now, and who reserves what frees up: a whole
+    `LinePass` with the answers from functions (the simulator's and the tests' way).
 
     `fits(waiting, starting)` says whether a request can be served now,
     after the ones already chosen to start (`starting`) have taken theirs.
     For a request behind reservations it competes with (`competes(request,
     head)`), `fits_apart(waiting, starting, heads)` is asked instead: whether
     it can be served from units none of those heads could use (without it,
-    such a request waits). Each is asked in order, so a `fits` that takes the
-    GPUs as it says yes (the hub's) decides and reserves in one pass.
+    such a request waits).
     """
-    starting: list[Waiting] = []
-    reserved: list[Waiting] = []
+    line = LinePass(now, reserve_after)
     for waiting in ordered:
-        heads = [head for head in reserved if competes(waiting, head)]
-        if heads:  # what frees up that it could use is kept for a head ahead of it
-            if fits_apart is not None and _starts(fits_apart(waiting, starting, heads)):
-                starting.append(waiting)
-            continue
-        outcome = fits(waiting, starting)
-        if _starts(outcome):
-            starting.append(waiting)
-        elif (
-            outcome is not Outcome.HELD
-            and waiting.patient
-            and now - waiting.arrived >= reserve_after
-        ):
-            reserved.append(waiting)  # short of units, and has waited long enough
-    return Pass(starting, reserved)
+        heads = [head for head in line.reserved if competes(waiting, head)]
+        if not heads:
+            line.tried(waiting, fits(waiting, line.starting))
+        elif fits_apart is not None:  # what frees up that it could use is kept for a head
+            line.tried(waiting, fits_apart(waiting, line.starting, heads), behind=True)
+    return Pass(line.starting, line.reserved)
 
 
 def _starts(outcome: bool | Outcome) -> bool:

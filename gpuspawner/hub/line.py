@@ -31,7 +31,7 @@ from typing import Any
 from ..core import line as words
 from ..core.culling import IdleClock
 from ..core.limits import LimitExceeded, UserLimits
-from ..core.line import DEFAULT_RESERVE_AFTER, Outcome, Waiting, in_order, starting_now
+from ..core.line import DEFAULT_RESERVE_AFTER, LinePass, Outcome, Waiting, in_order
 from ..core.placement import NotEnoughGPUs
 from ..core.pool import Admission, Grant, Holder, Pool
 from ..core.units import Request
@@ -232,9 +232,11 @@ class Line:
         now = self.clock()
         recent = self._recent_use(now) if len(self._entries) > 1 else {}
         ordered = in_order([e.waiting for e in self._entries.values()], recent)
-        chosen = starting_now(
-            ordered, self._try, now, self.reserve_after, self.compete, self._try_apart
-        )
+        chosen = LinePass(now, self.reserve_after)
+        for waiting in ordered:
+            heads = [head for head in chosen.reserved if self.compete(waiting, head)]
+            outcome = self._try_apart(waiting, heads) if heads else self._try(waiting)
+            chosen.tried(waiting, outcome, behind=bool(heads))
         self._order = [w.key for w in ordered if w.key in self._entries]
         self._reserving = {w.key for w in chosen.reserved if w.key in self._entries}
         if chosen.starting:
@@ -253,19 +255,15 @@ class Line:
             self._competing[pair] = any(first.matches(u) and second.matches(u) for u in units)
         return self._competing[pair]
 
-    def _try_apart(
-        self, waiting: Waiting, starting: Sequence[Waiting], heads: Sequence[Waiting]
-    ) -> Outcome:
+    def _try_apart(self, waiting: Waiting, heads: Sequence[Waiting]) -> Outcome:
         """Try to reserve for a waiter behind reservations, from units none of their heads
         could use."""
         kept = [self._entries[head.key].request for head in heads]
         not_on = frozenset(u.id for u in self.pool.units if any(r.matches(u) for r in kept))
         request = self._entries[waiting.key].request
-        return self._try(waiting, starting, replace(request, not_on=request.not_on | not_on))
+        return self._try(waiting, replace(request, not_on=request.not_on | not_on))
 
-    def _try(
-        self, waiting: Waiting, starting: Sequence[Waiting], request: Request | None = None
-    ) -> Outcome:
+    def _try(self, waiting: Waiting, request: Request | None = None) -> Outcome:
         """Try to reserve for one waiter, in line order: the pool decides and takes at once."""
         entry = self._entries[waiting.key]
         try:

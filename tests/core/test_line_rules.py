@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuspawner.core.line import Outcome, Waiting, in_order, starting_now
+from gpuspawner.core.line import LinePass, Outcome, Waiting, in_order, starting_now
 from gpuspawner.core.usage import HOUR, UsageRecord, decayed_gpu_hours
 
 DAY = 24 * HOUR
@@ -206,3 +206,24 @@ def test_behind_a_reservation_a_request_may_start_on_units_its_head_could_not_us
     assert [w.key for w in chosen.starting] == [2]
     assert taken == {"L40S": 1}  # the H100 stays free, kept for the head
     assert [w.key for w in chosen.reserved] == [1]  # 3 neither starts nor reserves
+
+
+@pytest.mark.parametrize(
+    ("outcome", "behind", "arrived", "patient", "reserves"),
+    [
+        (Outcome.SHORT, False, 0.0, True, True),  # waited reserve_after: freed units gather
+        (Outcome.SHORT, False, 500.0, True, False),  # not long enough yet
+        (Outcome.SHORT, True, 0.0, True, False),  # behind a head: it never reserves itself
+        (Outcome.HELD, False, 0.0, True, False),  # its quota holds it: GPUs cannot help
+        (Outcome.SHORT, False, 0.0, False, False),  # may not wait (max_wait 0)
+        (Outcome.STARTS, False, 0.0, True, False),  # it starts instead
+    ],
+)
+def test_a_pass_step_by_step_reserves_only_for_a_long_wait_that_fits_nowhere(
+    outcome, behind, arrived, patient, reserves
+):
+    line = LinePass(now=1000.0, reserve_after=600.0)
+    start = waiting(1, arrived=arrived, patient=patient)
+    line.tried(start, outcome, behind=behind)
+    assert (start in line.reserved) is reserves
+    assert (start in line.starting) is (outcome is Outcome.STARTS)
