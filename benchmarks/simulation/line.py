@@ -1,7 +1,7 @@
 """gpuspawner's waiting line (`core.line`), run as the hub would run it, for the queue row.
 
 With a line, a start that finds no room is not refused: it waits in line, and
-every minute `queue.in_order` orders the line (recent GPU-hours from the
+every minute `line.in_order` orders the line (recent GPU-hours from the
 grants' `usage.UsageRecord`s, decayed with `usage.decayed_gpu_hours`) and
 `line.starting_now` says who starts, with backfill and a reservation for
 whoever has waited long. The hub's line (`hub.line`) runs the same
