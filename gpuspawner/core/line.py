@@ -68,10 +68,10 @@ class Waiting:
 
 @dataclass(frozen=True)
 class Pass:
-    """One pass over the line: who starts now, and who freed units are kept for."""
+    """One pass over the line: who starts now, and who freed units are held for."""
 
     starting: list[Waiting]
-    reserved: list[Waiting]
+    held_for: list[Waiting]
 
 
 def everyone_competes(a: Waiting, b: Waiting) -> bool:
@@ -89,7 +89,7 @@ class LinePass:
     """One pass over the line in order, step by step, with no call back into the caller.
 
     For each waiting start in order the caller finds the reserving heads ahead of it
-    that it competes with (`reserved`, and its own rule of competing), tries it (on
+    that it competes with (`held_for`, and its own rule of competing), tries it (on
     all units it could use, or, behind such heads, only on units none of them could
     use) and tells `tried` what came of it. The hub takes the GPUs as it tries, so
     deciding and reserving are one pass; the rule of who reserves is here.
@@ -98,7 +98,7 @@ class LinePass:
     now: float
     reserve_after: float = DEFAULT_RESERVE_AFTER
     starting: list[Waiting] = field(default_factory=list)
-    reserved: list[Waiting] = field(default_factory=list)
+    held_for: list[Waiting] = field(default_factory=list)  # heads freed units are held for
 
     def tried(self, waiting: Waiting, outcome: bool | Outcome, behind: bool = False) -> None:
         """`behind`: it was tried apart from heads ahead of it, so it never reserves."""
@@ -110,7 +110,7 @@ class LinePass:
             and waiting.patient
             and self.now - waiting.arrived >= self.reserve_after
         ):
-            self.reserved.append(waiting)  # short of units, and has waited long enough
+            self.held_for.append(waiting)  # short of units, and has waited long enough
 
 
 def starting_now(
@@ -134,12 +134,12 @@ def starting_now(
     """
     line = LinePass(now, reserve_after)
     for waiting in ordered:
-        heads = [head for head in line.reserved if competes(waiting, head)]
+        heads = [head for head in line.held_for if competes(waiting, head)]
         if not heads:
             line.tried(waiting, fits(waiting, line.starting))
         elif fits_apart is not None:  # what frees up that it could use is kept for a head
             line.tried(waiting, fits_apart(waiting, line.starting, heads), behind=True)
-    return Pass(line.starting, line.reserved)
+    return Pass(line.starting, line.held_for)
 
 
 def _starts(outcome: bool | Outcome) -> bool:

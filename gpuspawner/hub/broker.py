@@ -92,7 +92,7 @@ class Broker:
             self._idle,
             clock,
             log,
-            reserve=self.reserve,
+            take_now=self.take_now,
             reserve_after=reserve_after,
             recent_use=self._recent_use if ledger is not None else None,
             record=LineRecord(ledger.path) if ledger is not None else None,
@@ -259,14 +259,14 @@ class Broker:
         request = limits.request_for(profile)
         try:
             if request.kind is None:
-                return self.reserve(holder, request, limits.admit)
+                return self.take_now(holder, request, limits.admit)
             return await self._line.take(
                 holder, profile.slug, profile.display_name, request, limits
             )
         except (LimitExceeded, NotEnoughGPUs, WaitEnded) as error:
             raise refused(profile, error) from None
 
-    def reserve(
+    def take_now(
         self, holder: Holder, request: Request | int, admit: Admission | None = None
     ) -> Grant:
         """GPUs now (NotEnoughGPUs, or what `admit` raises, refuses): the one place the

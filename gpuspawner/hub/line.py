@@ -40,7 +40,7 @@ from ..records.line import LineRecord, Waited
 from . import line_status
 from .counters import observe_wait
 
-Reserve = Callable[[Holder, Request, Admission], Grant]  # GPUs now, or why not (raises)
+TakeNow = Callable[[Holder, Request, Admission], Grant]  # GPUs now, or why not (raises)
 RECENT_USE_TTL = 60.0  # seconds between two reads of everyone's recent use from the ledger
 
 
@@ -85,21 +85,21 @@ class Line:
         clock: Callable[[], float],
         log: logging.Logger,
         *,
-        reserve: Reserve,
+        take_now: TakeNow,
         reserve_after: float = DEFAULT_RESERVE_AFTER,
         recent_use: Callable[[float], Mapping[int, float]] | None = None,
         record: LineRecord | None = None,
         limits_of: Callable[[int], UserLimits | None] = lambda user_id: None,
     ) -> None:
         self.pool, self.idle, self.clock, self.log = pool, idle, clock, log
-        self.reserve = reserve  # the broker's one way to take GPUs, for whoever's turn it is
+        self.take_now = take_now  # the broker's one way to take GPUs, for whoever's turn it is
         self.reserve_after = reserve_after
         self.recent_use = recent_use or (lambda now: {})
         self.record = record
         self.limits_of = limits_of  # each user's limits, by id (for the estimates' clocks)
         self._entries: dict[int, Entry] = {}
         self._order: list[int] = []  # the waiting keys in line order, as of the last pass
-        self._reserving: set[int] = set()  # the heads freed units gather for
+        self._held_for: set[int] = set()  # the heads freed units gather for
         self._closing = False  # the hub is shutting down: nobody starts, the record stays
         self._changed: asyncio.Future[None] | None = None
         self._recent: tuple[float, Mapping[int, float]] = (float("-inf"), {})
@@ -162,9 +162,9 @@ class Line:
             return entry.result.result()
         finally:
             if self._entries.get(entry.waiting.key) is entry:
-                was_reserving = entry.waiting.key in self._reserving
+                was_held_for = entry.waiting.key in self._held_for
                 self._end(entry)
-                if was_reserving:  # what gathered for it may start others now
+                if was_held_for:  # what gathered for it may start others now
                     self.run()
                 else:  # it held nothing back: only the places behind it moved
                     self._moved()
@@ -217,7 +217,7 @@ class Line:
             if self._entries and not self._closing:
                 self._pass()
             elif not self._entries:
-                self._order, self._reserving = [], set()
+                self._order, self._held_for = [], set()
         except Exception:
             self.log.exception("gpuspawner: the waiting line's pass failed")
         self._moved()
@@ -234,11 +234,11 @@ class Line:
         ordered = in_order([e.waiting for e in self._entries.values()], recent)
         chosen = LinePass(now, self.reserve_after)
         for waiting in ordered:
-            heads = [head for head in chosen.reserved if self.compete(waiting, head)]
+            heads = [head for head in chosen.held_for if self.compete(waiting, head)]
             outcome = self._try_apart(waiting, heads) if heads else self._try(waiting)
             chosen.tried(waiting, outcome, behind=bool(heads))
         self._order = [w.key for w in ordered if w.key in self._entries]
-        self._reserving = {w.key for w in chosen.reserved if w.key in self._entries}
+        self._held_for = {w.key for w in chosen.held_for if w.key in self._entries}
         if chosen.starting:
             self.log.debug(
                 "gpuspawner: the line starts %d of %d", len(chosen.starting), len(ordered)
@@ -267,7 +267,7 @@ class Line:
         """Try to reserve for one waiter, in line order: the pool decides and takes at once."""
         entry = self._entries[waiting.key]
         try:
-            grant = self.reserve(entry.holder, request or entry.request, entry.limits.admit)
+            grant = self.take_now(entry.holder, request or entry.request, entry.limits.admit)
         except NotEnoughGPUs as short:
             entry.blocked = short
             if self.pool.on_one_machine(entry.request) < entry.request.count:  # never fits
@@ -298,7 +298,7 @@ class Line:
         """Out of the line (and out of the written record); its future, to settle."""
         key = entry.waiting.key
         del self._entries[key]
-        self._reserving.discard(key)
+        self._held_for.discard(key)
         if key in self._order:
             self._order.remove(key)
         self._write("left", key)
@@ -350,7 +350,7 @@ class Line:
 
     def kept_for(self, key: int) -> bool:
         """Whether freed units gather for this start (it has waited reserve_after)."""
-        return key in self._reserving
+        return key in self._held_for
 
     def recent_use_now(self) -> Mapping[int, float]:
         return self._recent_use(self.clock())

@@ -100,7 +100,7 @@ def simulate(total: int, big: int, stream: list[tuple[float, float]], reserve_af
             if start.key == 0:
                 started_big = now
         free = total - sum(gpus for _, gpus in running)
-        if not chosen.reserved and any(w.gpus <= free for w in line):
+        if not chosen.held_for and any(w.gpus <= free for w in line):
             idle_while_waiting.append(now)
         if started_big is not None and not line:
             break
@@ -178,7 +178,7 @@ def test_a_reservation_holds_back_only_what_competes_with_it():
     same_kind = lambda a, b: kind[a.key] == kind[b.key]  # noqa: E731
     chosen = starting_now(line, fits, 600, competes=same_kind)
     assert [w.key for w in chosen.starting] == [2]  # the whole GPU goes; MIG 3 waits behind 1
-    assert [w.key for w in chosen.reserved] == [1, 4]  # 4 keeps the next whole GPU
+    assert [w.key for w in chosen.held_for] == [1, 4]  # 4 keeps the next whole GPU
     # where everything competes (one kind of unit), nothing behind the head starts
     assert starts(line, fits, 600) == []
 
@@ -205,7 +205,7 @@ def test_behind_a_reservation_a_request_may_start_on_units_its_head_could_not_us
     chosen = starting_now(line, lambda w, _: fits_on(w, wants[w.key]), 600, 0, competes, fits_apart)
     assert [w.key for w in chosen.starting] == [2]
     assert taken == {"L40S": 1}  # the H100 stays free, kept for the head
-    assert [w.key for w in chosen.reserved] == [1]  # 3 neither starts nor reserves
+    assert [w.key for w in chosen.held_for] == [1]  # 3 neither starts nor reserves
 
 
 @pytest.mark.parametrize(
@@ -225,5 +225,5 @@ def test_a_pass_step_by_step_reserves_only_for_a_long_wait_that_fits_nowhere(
     line = LinePass(now=1000.0, reserve_after=600.0)
     start = waiting(1, arrived=arrived, patient=patient)
     line.tried(start, outcome, behind=behind)
-    assert (start in line.reserved) is reserves
+    assert (start in line.held_for) is reserves
     assert (start in line.starting) is (outcome is Outcome.STARTS)

@@ -172,7 +172,7 @@ def test_gpus_come_back_when_the_outside_containers_go():
 def test_a_container_holding_more_than_its_grant_keeps_the_extra_out():
     broker = broker_with(2)
     u = broker.pool.ids
-    granted = broker.reserve(ANN, 1).uuids
+    granted = broker.take_now(ANN, 1).uuids
     other = next(x for x in u if x not in granted)
     broker.note_containers([ours(ANN, (*granted, other), "jupyter-ann")], {})
     assert broker.pool.states()[other] is DeviceState.EXTERNAL
@@ -209,8 +209,8 @@ def test_recovery_keeps_the_ledger_through_a_hub_crash(tmp_path):
         )
 
     before = hub()
-    ann = before.reserve(ANN, 2)
-    bob = before.reserve(BOB, 1)
+    ann = before.take_now(ANN, 2)
+    bob = before.take_now(BOB, 1)
     clock[0] += 60
     before.ledger.seen(clock[0], {ANN.spawner_id: True, BOB.spawner_id: True})  # then kill -9
     clock[0] += 540

@@ -89,7 +89,7 @@ def profile(broker: Broker, slug: str):
 def hold(broker: Broker, key: int, node: str) -> Grant:
     """Someone else's server, with 1 GPU on `node`."""
     request = Request(gpus=1, nodes=frozenset({node}))
-    return broker.reserve(Holder(key, key, f"user{key}"), request)
+    return broker.take_now(Holder(key, key, f"user{key}"), request)
 
 
 def node_of(grant: Grant) -> str:

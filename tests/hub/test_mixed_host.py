@@ -86,7 +86,7 @@ def test_the_site_gives_thirteen_units_of_three_kinds():
 def test_recovery_rebuilds_which_slot_and_which_instance_each_server_holds():
     first = broker_on()
     grants = {
-        h.spawner_id: first.reserve(h, r) for h, r in [(ANN, SLOT), (BOB, SLOT), (CAT, SLICE)]
+        h.spawner_id: first.take_now(h, r) for h, r in [(ANN, SLOT), (BOB, SLOT), (CAT, SLICE)]
     }
     restarted = broker_on()
     running = [container(f"jupyter-{g.holder.user}", g) for g in grants.values()]
@@ -129,8 +129,8 @@ def test_a_mig_layout_changed_by_an_admin_is_followed_without_touching_other_gpu
     host = tmp_path / "host.json"
     host.write_text(json.dumps(HOST))
     broker = broker_on(str(host))
-    held = broker.reserve(ANN, SLICE)
-    h100 = broker.reserve(BOB, 1)
+    held = broker.take_now(ANN, SLICE)
+    h100 = broker.take_now(BOB, 1)
     layout = [*HOST[:1], {**HOST[1], "mig": ["3g.40gb", "3g.40gb"]}, HOST[2]]
     host.write_text(json.dumps(layout))
     broker.follow_layout(broker.site.layout_now())
@@ -181,7 +181,7 @@ def test_the_form_shows_each_kind_with_its_free_count_and_why_not():
 
 def test_the_admin_report_has_a_row_per_unit():
     broker = broker_on()
-    broker.reserve(ANN, SLOT)
+    broker.take_now(ANN, SLOT)
     report = pool_report(broker)
     assert report["total"] == 13 and report["free"] == 12
     assert report["by_kind"] == {
@@ -206,9 +206,9 @@ def test_only_the_busy_servers_on_a_shared_gpu_count_as_busy(tmp_path):
     now = [1000.0]
     ledger = Ledger(tmp_path / "usage.sqlite")
     broker = a_broker(settings(simulated_load_file=str(load)), clock=lambda: now[0], ledger=ledger)
-    ann = broker.reserve(ANN, SLOT)
-    bob = broker.reserve(BOB, SLOT)
-    cat = broker.reserve(CAT, SLOT)
+    ann = broker.take_now(ANN, SLOT)
+    bob = broker.take_now(BOB, SLOT)
+    cat = broker.take_now(CAT, SLOT)
     l40s = str(gpu(broker, 3))
     processes = [
         {"container": "jupyter-ann", "utilization_percent": 90},
@@ -266,14 +266,14 @@ def test_limits_charge_each_kind_its_weight():
     broker = broker_on()
     weights = []
     for holder, request in [(ANN, SLICE), (BOB, SLOT), (CAT, 1)]:
-        broker.reserve(holder, request, admit=lambda weight, *_: weights.append(weight))
+        broker.take_now(holder, request, admit=lambda weight, *_: weights.append(weight))
     assert weights == [Fraction(1, 7), Fraction(1, 4), 1]
 
 
 def test_a_sick_shared_gpu_names_every_server_on_it(caplog):
     broker = broker_on()
-    broker.reserve(ANN, SLOT)
-    broker.reserve(BOB, SLOT)
+    broker.take_now(ANN, SLOT)
+    broker.take_now(BOB, SLOT)
     l40s = gpu(broker, 3)
     Monitor(broker, LOG).apply(Observation({l40s: Telemetry(health="lost")}, [], None))
     assert f"{l40s} is unhealthy (lost): no new server gets it; ann, bob/train hold it" in (
@@ -284,7 +284,7 @@ def test_a_sick_shared_gpu_names_every_server_on_it(caplog):
 def test_the_lease_names_each_unit_held_and_counts_its_share():
     """The JupyterLab lease of a MIG server: its instance, not its whole A100."""
     broker = broker_on(default_limits={"gpu_idle_timeout": 3600})
-    grant = broker.reserve(ANN, SLICE)
+    grant = broker.take_now(ANN, SLICE)
     user = SimpleNamespace(name="ann", groups=[], admin=False)
     spawner = SimpleNamespace(
         orm_spawner=SimpleNamespace(id=ANN.spawner_id, started=None, last_activity=None),
@@ -320,7 +320,7 @@ def test_gpu_hours_are_gpu_equivalent_hours_a_slice_an_hour_is_a_seventh(tmp_pat
     ledger = Ledger(tmp_path / "usage.sqlite")
     broker = a_broker(settings(), clock=lambda: clock[0], ledger=ledger)
     for holder, request in ((ANN, SLICE), (BOB, SLOT), (CAT, Request(gpus=1))):
-        broker.reserve(holder, request)
+        broker.take_now(holder, request)
     clock[0] = 3600.0
     held = {r.user: r.gpus * r.held_seconds(clock[0]) / 3600 for r in ledger.records(since=0)}
     assert held == pytest.approx({"ann": 1 / 7, "bob": 1 / 4, "cat": 1.0})

@@ -51,7 +51,7 @@ async def test_a_stop_runs_beside_the_ticks_and_only_once():
     broker = broker_at(now, max_age=HOUR)
     hub = Hub()
     reclaimer = Reclaimer(hub, broker, LOG)
-    broker.reserve(ANN, 1)
+    broker.take_now(ANN, 1)
     now[0] += 2 * HOUR
     await asyncio.wait_for(reclaimer(Observation({}, [])), 1)  # returns with the stop running
     await asyncio.sleep(0)
@@ -69,11 +69,11 @@ async def test_a_server_that_started_again_since_the_verdict_is_not_stopped():
     hub = Hub()
     hub.release.set()
     reclaimer = Reclaimer(hub, broker, LOG)
-    old = broker.reserve(ANN, 1)
+    old = broker.take_now(ANN, 1)
     now[0] += 2 * HOUR
     await reclaimer(Observation({}, []))  # judged over its max_age; its stop is on its way
     broker.pool.release(old.key)  # meanwhile it stopped, and started again
-    broker.reserve(ANN, 1)
+    broker.take_now(ANN, 1)
     await asyncio.sleep(0)
     assert hub.stops == []
     broker.executor.shutdown(wait=False)
@@ -82,11 +82,11 @@ async def test_a_server_that_started_again_since_the_verdict_is_not_stopped():
 def test_a_new_grant_of_the_same_server_starts_a_fresh_idle_clock():
     now = [1000.0]
     broker = broker_at(now)
-    old = broker.reserve(ANN, 1)
+    old = broker.take_now(ANN, 1)
     broker.note_busy({old.key: False}, now[0])  # idle since 1000
     assert broker.idle_since(old.key) == 1000.0
     broker.pool.release(old.key)  # stopped and started again between two ticks
-    broker.reserve(ANN, 1)
+    broker.take_now(ANN, 1)
     assert broker.idle_since(old.key) is None
 
 

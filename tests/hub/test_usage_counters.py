@@ -25,9 +25,9 @@ def counting(**settings):
 def test_each_tick_adds_the_gpu_seconds_held_and_the_busy_ones_by_quota_group():
     clock, broker, counters = counting(simulate_gpus=4)
     before = {(k, g): counted(k, g) for k in ("held", "busy") for g in ("class-a", "(none)")}
-    ann = broker.reserve(Holder(1, 10, "ann"), 2, admit=lambda *_: "class-a")
-    bob = broker.reserve(Holder(2, 11, "bob"), 1)
-    broker.reserve(Holder(3, 12, "cid"), 0)  # CPU only: nothing
+    ann = broker.take_now(Holder(1, 10, "ann"), 2, admit=lambda *_: "class-a")
+    bob = broker.take_now(Holder(2, 11, "bob"), 1)
+    broker.take_now(Holder(3, 12, "cid"), 0)  # CPU only: nothing
     clock[0] = 1010.0
     counters(Observation({}, [], busy={ann.key: True, bob.key: None}))
     clock[0] = 1020.0
@@ -45,7 +45,7 @@ def test_a_shared_slot_counts_its_share_of_a_gpu():
     """GPU-seconds are GPU-equivalents × seconds: a slot of a GPU shared by 4 counts 1/4."""
     clock, broker, counters = counting(simulate_gpus=1, shared_gpus={0: 4})
     before = counted("held", "slots")
-    slot = broker.reserve(Holder(1, 10, "ann"), Request(shared=True), admit=lambda *_: "slots")
+    slot = broker.take_now(Holder(1, 10, "ann"), Request(shared=True), admit=lambda *_: "slots")
     clock[0] = 1020.0
     counters(Observation({}, [], busy={slot.key: True}))
     assert counted("held", "slots") - before == 5
@@ -55,12 +55,12 @@ def test_a_server_restarted_between_two_ticks_counts_only_what_it_held():
     clock, broker, counters = counting(simulate_gpus=1)
     before = counted("held", "restarts")
     ann = Holder(1, 10, "ann")
-    first = broker.reserve(ann, 1, admit=lambda *_: "restarts")
+    first = broker.take_now(ann, 1, admit=lambda *_: "restarts")
     clock[0] = 1010.0
     counters(Observation({}, [], busy={}))  # 10 s held
     broker.pool.release(first.key)
     clock[0] = 1016.0
-    broker.reserve(ann, 1, admit=lambda *_: "restarts")  # the same server again
+    broker.take_now(ann, 1, admit=lambda *_: "restarts")  # the same server again
     clock[0] = 1020.0
     counters(Observation({}, [], busy={}))  # 4 s of the new grant; nothing was held for 6 s
     assert counted("held", "restarts") - before == 14
