@@ -30,7 +30,6 @@ from ..engine.docker import DockerEngine
 from . import hubconfig
 
 HEADERS = ("GPU", "HOLDER", "SINCE", "UTIL", "MEMORY", "TEMP", "UUID", "HEALTH")
-KIND_WORDS = {Kind.GPU: "whole GPUs", Kind.MIG: "MIG instances", Kind.SHARED: "shared slots"}
 
 
 @dataclass(frozen=True)
@@ -182,7 +181,7 @@ def _cells(row: PoolRow, now: float) -> tuple[str, ...]:
     sample, gpu, unit = row.sample, row.gpu, row.unit
     idle = "excluded" if row.excluded else "unhealthy" if sample.health else "free"
     holder = ", ".join(row.holders) or idle
-    total = gib(unit.memory_bytes) if unit.kind is Kind.MIG else gpu.memory_gib
+    total = gib(unit.memory_bytes) if unit.kind.facts.own_memory else gpu.memory_gib
     memory = (
         f"{sample.memory_used_bytes / 2**30:.0f}/{total} GiB"
         if sample.memory_used_bytes is not None
@@ -225,12 +224,12 @@ def _summary(rows: Sequence[PoolRow], holdings: Holdings) -> list[str]:
     pool = [r for r in rows if not r.excluded and not r.empty]
     free = [r for r in pool if not r.holders and not r.sample.health]
     kinds = {r.unit.kind for r in pool}
-    if kinds <= {Kind.GPU}:
+    if all(kind.facts.whole for kind in kinds):
         lines = [f"{len(free)} of {len(pool)} GPU(s) free."]
     else:
         parts = [
             f"{sum(r.unit.kind is kind for r in free)} of {sum(r.unit.kind is kind for r in pool)}"
-            f" {KIND_WORDS[kind]}"
+            f" {kind.facts.plural}"
             for kind in Kind
             if kind in kinds
         ]

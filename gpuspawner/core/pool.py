@@ -34,7 +34,7 @@ from .placement import (
     pack,
 )
 from .pool_view import DeviceState
-from .units import Kind, Request, Unit, bare
+from .units import Request, Unit, bare
 
 __all__ = ["GONE", "Admission", "DeviceState", "Grant", "Holder", "NotEnoughGPUs", "Usage"]
 
@@ -109,7 +109,7 @@ class Pool(Books):
         slot, the lightest that would do."""
         if request.kind is None:
             return Fraction(0)
-        if request.kind is Kind.GPU:
+        if request.kind.facts.whole:
             return Fraction(request.gpus)
         with self._lock:
             weights = [u.weight for u in self._units.values() if request.matches(u)]
@@ -133,7 +133,7 @@ class Pool(Books):
             raise no_machine(request, len(matching))
         free = [u for u in matching if self._state(u) is DeviceState.FREE]
         here = one_node(request, free, len(matching), self.policy)
-        if request.kind is Kind.GPU:
+        if request.kind.facts.whole:
             chosen = self._placers[here[0].node].place({u.id for u in here}, request.count)
             return tuple(self._units[uuid] for uuid in chosen)
         return (pack(here, self._used_by_gpu(), self.policy),)

@@ -214,12 +214,7 @@ def _check_capacity(request: Request, where: str, units: Sequence[Unit]) -> None
             f"{where} asks for {request.gpus} GPUs, but the pool has only {matching}"
         )
     has = tally(units)
-    fix = {
-        Kind.GPU: "change gpus, gpu_model or min_gpu_memory",
-        Kind.MIG: "gpuspawner hands out the MIG instances it finds; make them (nvidia-smi mig "
-        "or nvidia-mig-parted) or change mig_profile",
-        Kind.SHARED: "mark a GPU as shared in c.GPUSpawner.shared_gpus",
-    }[request.kind]
+    fix = request.kind.facts.to_have_some
     wider = _wider_pattern(request, units)
     if wider:
         pattern, found = wider

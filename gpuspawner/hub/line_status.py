@@ -14,12 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 from ..core import line as words
 from ..core.estimates import Holding, next_freeing
-from ..core.units import Kind
 
 if TYPE_CHECKING:
     from .line import Entry, Line
-
-NOUNS = {Kind.GPU: "GPU", Kind.MIG: "MIG instance", Kind.SHARED: "shared slot"}
 
 
 @dataclass(frozen=True)
@@ -107,7 +104,7 @@ def holdings(line: Line, entry: Entry) -> list[Holding]:
                 line.idle.idle_since.get(grant.key),
                 limits.duration("max_age"),
                 limits.duration("gpu_idle_timeout"),
-                NOUNS[usable[0].kind],
+                usable[0].kind.facts.noun,
             )
         )
     return found

@@ -103,7 +103,7 @@ class Machine:
         for device, sample in telemetry.items():
             health = sample.health
             unit = pool.unit(device)
-            if unit is not None and unit.kind is Kind.MIG:
+            if unit is not None and unit.device != unit.gpu:  # a MIG instance, on its GPU
                 gpu = telemetry.get(unit.gpu)
                 health = None if gpu is not None and gpu.health == health else health
             was = pool.marked_unhealthy(device)

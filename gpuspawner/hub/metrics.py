@@ -147,12 +147,12 @@ class PoolCollector(Collector):
             labels=["uuid", "index", "model", "mig_profile"],
         )
         for unit in broker.pool.units:
-            if unit.kind is Kind.GPU:
+            if unit.kind.facts.whole:
                 continue
             labels = [unit.id, unit.kind.value, str(unit.index), unit.model, unit.profile]
             allocated.add_metric(labels, float(broker.pool.holder_of(unit.id) is not None))
             sample = broker.telemetry.get(unit.device)
-            if unit.kind is Kind.MIG and sample and sample.memory_used_bytes is not None:
+            if unit.kind.facts.own_memory and sample and sample.memory_used_bytes is not None:
                 memory.add_metric(labels[:1] + labels[2:], float(sample.memory_used_bytes))
         yield allocated
         yield memory

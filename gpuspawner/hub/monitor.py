@@ -29,7 +29,7 @@ from tornado.ioloop import PeriodicCallback
 from ..core.culling import Busyness, combined
 from ..core.gpus import Telemetry
 from ..core.pool import Grant
-from ..core.units import Kind, Unit
+from ..core.units import Unit
 from ..core.words import duration
 from ..engine import processes
 from ..engine.base import Seen
@@ -166,7 +166,7 @@ class Monitor:
     def _busy(self, grant: Grant, observation: Observation) -> bool | None:
         """Whether a server's GPUs are busy: True, False, or None (unknown)."""
         telemetry = observation.telemetry
-        if all(u.kind is not Kind.SHARED for u in grant.units):
+        if not any(u.kind.facts.shares_gpu for u in grant.units):
             return self.busyness.of(telemetry.get(device) for device in grant.uuids)
         if observation.containers is None:
             return None  # Docker did not answer: whose processes are whose is unknown
@@ -182,7 +182,7 @@ class Monitor:
         verdicts = []
         for unit in grant.units:
             sample = telemetry.get(unit.device)
-            if unit.kind is not Kind.SHARED:
+            if not unit.kind.facts.shares_gpu:
                 verdicts.append(self.busyness.of([sample]))
                 continue
             pids = sample.processes if sample is not None else ()

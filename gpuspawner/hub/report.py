@@ -20,7 +20,6 @@ from typing import Any
 
 from ..core.nodes import counts_by_node
 from ..core.pool import DeviceState, Grant
-from ..core.units import Kind
 from ..core.usage import WEEK, report_rows
 from . import budgets
 from .broker import Broker
@@ -70,7 +69,7 @@ def pool_report(
                 "gpu_uuid": unit.gpu,
                 "model": unit.model,
                 "mig_profile": unit.profile or None,
-                "slot": unit.position if unit.kind is Kind.SHARED else None,
+                "slot": unit.position if unit.kind.facts.shares_gpu else None,
                 "slots": unit.slots or None,
                 "gpu_equivalents": str(unit.weight),
                 "memory_total_bytes": unit.memory_bytes,

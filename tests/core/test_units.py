@@ -154,3 +154,11 @@ def test_bad_sharing_stops_the_hub_with_the_fix(raw, message):
 def test_a_unit_is_plain_data():
     unit = Unit("GPU-a", "GPU-a", "GPU-a", 0, "m", GIB)
     assert unit == units_of(GPU("GPU-a", 0, "m", GIB))[0]
+
+
+@pytest.mark.parametrize("kind", list(Kind))
+def test_every_kind_of_unit_says_what_the_rest_needs_to_know(kind):
+    facts = kind.facts  # a new kind without its row in KIND_FACTS fails here, not in the hub
+    assert facts.noun and facts.plural and facts.to_have_some
+    assert kind.held_by_reach is not facts.shares_gpu
+    assert facts.whole is (kind is Kind.GPU)
