@@ -88,22 +88,29 @@ class IdleClock:
     """Since when each server's GPUs have been idle, from the monitor's samples."""
 
     idle_since: dict[int, float] = field(default_factory=dict)  # by grant key
+    known: set[int] = field(default_factory=set)  # grants whose latest verdict was busy or idle
 
     def update(self, key: int, busy: bool | None, now: float) -> None:
         if busy is False:
             self.idle_since.setdefault(key, now)
         else:
             self.idle_since.pop(key, None)
+        if busy is None:
+            self.known.discard(key)
+        else:
+            self.known.add(key)
 
     def forget(self, key: int) -> None:
         """A server's new grant: whatever its last one was idle for does not count."""
         self.idle_since.pop(key, None)
+        self.known.discard(key)
 
     def forget_all_but(self, keys: Iterable[int]) -> None:
         kept = set(keys)
         for key in list(self.idle_since):
             if key not in kept:
                 del self.idle_since[key]
+        self.known &= kept
 
 
 @dataclass(frozen=True)

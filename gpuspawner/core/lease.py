@@ -107,11 +107,14 @@ def lease(
     durations: Mapping[str, Limited],
     now: float,
     warn_before: float,
+    gpu_use_known: bool = True,
 ) -> Lease:
     """The deadlines of a server holding `gpus` GPUs (GPU-equivalents) since `started`.
 
     `durations` holds the server's limits by key, as `UserLimits.durations`
-    resolves them. The idle culler applies `idle_timeout` to GPU servers and
+    resolves them. `gpu_use_known`: whether the monitor has a verdict on the GPUs' use
+    (not before its first sample, nor while it cannot tell); `idle_since` None then means
+    "not known", not "busy". The idle culler applies `idle_timeout` to GPU servers and
     `cpu_idle_timeout` to CPU-only ones, as the spawner tells it at start.
     """
     keys = ("max_age", "gpu_idle_timeout", "idle_timeout") if gpus else ("cpu_idle_timeout",)
@@ -125,7 +128,7 @@ def lease(
         if key == "max_age":
             stops_at, says = _max_age(seconds, where, started, now)
         elif key == "gpu_idle_timeout":
-            stops_at, says = _gpu_idle(seconds, where, gpus, idle_since, now)
+            stops_at, says = _gpu_idle(seconds, where, gpus, idle_since, gpu_use_known, now)
         else:
             stops_at, says = _idle(seconds, where, last_activity, now)
         warn_at = None
@@ -144,13 +147,18 @@ def _max_age(seconds: float, where: str, started: float, now: float) -> tuple[fl
 
 
 def _gpu_idle(
-    seconds: float, where: str, gpus: int | Fraction, idle_since: float | None, now: float
+    seconds: float,
+    where: str,
+    gpus: int | Fraction,
+    idle_since: float | None,
+    known: bool,
+    now: float,
 ) -> tuple[float | None, str]:
     back = f"{_it(gpus)} {_goes(gpus)} back to the pool and this server stops"
     if idle_since is None:
+        state = f"{_is(gpus)} not idle" if known else f"{_is(gpus)} not measured yet"
         return None, (
-            f"Your {count_gpus(gpus)} {_is(gpus)} not idle. Once idle for {duration(seconds)}, "
-            f"{back} {where}."
+            f"Your {count_gpus(gpus)} {state}. Once idle for {duration(seconds)}, {back} {where}."
         )
     stops_at = idle_since + seconds
     return stops_at, (

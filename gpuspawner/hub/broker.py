@@ -127,6 +127,10 @@ class Broker:
         """Since when all of a grant's GPUs have been idle; None while any is busy or unknown."""
         return self._idle.idle_since.get(key)
 
+    def gpu_use_known(self, key: int) -> bool:
+        """Whether the monitor's latest look said the grant's GPUs are busy or idle."""
+        return key in self._idle.known
+
     # --- one per hub process -------------------------------------------------
     @classmethod
     def current(cls) -> Broker:

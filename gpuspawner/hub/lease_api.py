@@ -70,6 +70,7 @@ def lease_of(spawner: Any, broker: Broker) -> dict[str, Any]:
         durations=durations,
         now=now,
         warn_before=spawner.warn_before_cull,
+        gpu_use_known=broker.gpu_use_known(spawner.orm_spawner.id),
     )
     return {
         "user": user.name,

@@ -216,3 +216,14 @@ def test_a_warning_fits_a_jupyterlab_notification(gpus, limit, warn_before, key)
     current = lease_at(now, gpus=gpus, idle_since=T0, durations=durations, warn_before=warn_before)
     assert current.warning is not None
     assert len(current.warning_says()) <= NOTIFICATION_LENGTH
+
+
+def test_before_the_first_look_the_gpus_use_is_said_to_be_unknown_not_busy():
+    """Right after a start the monitor has not sampled the GPU yet: 'not idle' would be
+    wrong while the GPUs page shows it at 0 %."""
+    current = lease_at(T0 + 5, gpu_use_known=False)
+    assert says(current)["gpu_idle_timeout"] == (
+        "Your 1 GPU is not measured yet. Once idle for 1 h 0 min, it goes back to the pool "
+        "and this server stops (gpu_idle_timeout of group students)."
+    )
+    assert says(lease_at(T0 + 5))["gpu_idle_timeout"].startswith("Your 1 GPU is not idle.")

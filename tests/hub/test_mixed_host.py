@@ -312,6 +312,16 @@ def test_the_lease_names_each_unit_held_and_counts_its_share():
     assert body["summary"] == "1/7 GPU"
     assert body["profile"] == {"slug": "slice", "display_name": "Slice"}
 
+    def gpu_idle_says() -> str:
+        [idle] = [d for d in lease_of(spawner, broker)["limits"] if d["key"] == "gpu_idle_timeout"]
+        return idle["says"]
+
+    assert gpu_idle_says().startswith("Your 1/7 GPU is not measured yet.")  # no sample yet
+    broker.note_busy({grant.key: True}, broker.clock())
+    assert gpu_idle_says().startswith("Your 1/7 GPU is not idle.")
+    broker.note_busy({grant.key: None}, broker.clock())  # the monitor cannot tell now
+    assert gpu_idle_says().startswith("Your 1/7 GPU is not measured yet.")
+
 
 def test_gpu_hours_are_gpu_equivalent_hours_a_slice_an_hour_is_a_seventh(tmp_path):
     """What budgets and reports count: a 1g.10gb instance of a 7-slice A100 held for an
