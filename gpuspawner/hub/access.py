@@ -72,7 +72,11 @@ def require(handler: Any, scope: str) -> None:
     if handler.current_user is None:
         raise web.HTTPError(403, "Missing or invalid credentials.")
     if not has_scope(scope, handler.parsed_scopes, db=handler.db):
-        raise web.HTTPError(403, f"This needs the {scope} scope, which this token lacks.")
+        raise web.HTTPError(
+            403,
+            f"This needs the {scope} scope, which your account (or this token) does not have: "
+            "an admin can grant it with a role in c.JupyterHub.load_roles.",
+        )
 
 
 def require_delete_servers(handler: Any, owner: str) -> None:

@@ -74,7 +74,9 @@ def test_admins_see_the_page_and_its_stop_buttons_with_no_scope_config(hub: Hub)
 
 def test_users_outside_the_group_get_neither_page_nor_link(hub: Hub):
     session = hub.login("bob")
-    assert session.get(f"{hub.url}/hub/gpus", timeout=30).status_code == 403
+    page = session.get(f"{hub.url}/hub/gpus", timeout=30)
+    assert page.status_code == 403
+    assert "which your account (or this token) does not have" in page.text  # a person's words
     assert session.get(f"{hub.url}/hub/api/gpus", timeout=30).status_code == 403
     assert 'href="/hub/gpus"' not in session.get(f"{hub.url}/hub/home", timeout=30).text
 
