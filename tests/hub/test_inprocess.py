@@ -34,7 +34,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from realhub import NOTEBOOK_IMAGE
 
 from gpuspawner.core.pool import DeviceState
-from gpuspawner.engine.docker import DockerEngine, device_requests
+from gpuspawner.engine.docker import device_requests
 from gpuspawner.hub import startup
 from gpuspawner.hub.broker import Broker
 
@@ -289,8 +289,9 @@ async def test_a_gpu_stays_stopping_while_docker_cannot_confirm_the_container_go
     key = spawner.orm_spawner.id
     [uuid] = held(app, "dan")
     broker = Broker.current()
-    answering = broker.engine
-    broker.engine = DockerEngine(docker.APIClient("unix:///nonexistent/docker.sock", "1.41"))
+    engine = broker.engine  # the one the broker's removals and its monitor ask
+    answering = engine.client
+    engine.client = docker.APIClient("unix:///nonexistent/docker.sock", "1.41")  # Docker gone
     try:
         await spawner.stop()
         spawner.clear_state()
@@ -305,7 +306,7 @@ async def test_a_gpu_stays_stopping_while_docker_cannot_confirm_the_container_go
         assert "has not been confirmed gone yet" in str(refused.value)
         assert broker.pool.states()[uuid] is DeviceState.STOPPING
     finally:
-        broker.engine = answering
+        engine.client = answering
     # The monitor asks again at its next tick, and now Docker answers.
     await until(lambda: broker.pool.states()[uuid] is DeviceState.FREE, "the GPU released")
 
