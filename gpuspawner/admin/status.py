@@ -188,7 +188,7 @@ def _cells(row: PoolRow, now: float) -> tuple[str, ...]:
         else "–"
     )
     return (
-        _gpu_column(unit),
+        unit.column(f"{unit.node}:{unit.index}" if unit.node else str(unit.index)),
         holder,
         _since(row.since, now) if row.since is not None else "",
         _unit(sample.utilization_percent, "%"),
@@ -197,16 +197,6 @@ def _cells(row: PoolRow, now: float) -> tuple[str, ...]:
         unit.device,
         sample.health or "ok",
     )
-
-
-def _gpu_column(unit: Unit) -> str:
-    """The GPU column: "0", "2 MIG 1g.10gb #3", "3 slot 2/4"; "n2:0" on a swarm's node."""
-    where = f"{unit.node}:{unit.index}" if unit.node else str(unit.index)
-    if unit.kind is Kind.MIG:
-        return f"{where} MIG {unit.profile}" + (f" #{unit.position}" if unit.id != unit.gpu else "")
-    if unit.kind is Kind.SHARED:
-        return f"{where} slot {unit.position}/{unit.slots}"
-    return where
 
 
 def _unit(value: float | None, unit: str) -> str:

@@ -29,72 +29,19 @@ import math
 import re
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from enum import StrEnum
 from fractions import Fraction
 from typing import Any
 
 from .errors import InventoryConfigError
 from .gpus import GPU
-from .words import count_gpus, gib, with_memory
+from .kinds import Kind as Kind  # imported from here, as before core/kinds.py
+from .words import amount, count_gpus, gib, with_memory
 
 SLOT_MARK = "#"
+NO_ISOLATION = "shares the GPU and its memory with the other servers on it: no memory isolation"
 MIG_PROFILE = re.compile(r"^(\d+c\.)?\d+g\.\d+gb(\+[a-z0-9,]+)?$")
 MEMORY = re.compile(r"^(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?$", re.IGNORECASE)
 MEMORY_UNITS = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
-
-
-@dataclass(frozen=True)
-class KindFacts:
-    """What the rest of gpuspawner needs to know of one kind of unit: a new kind is one row
-    of `KIND_FACTS` (and its words in `Unit.name`, `Unit.label` and `Request.what`)."""
-
-    noun: str  # one unit, in a waiting start's words: "2 GPUs free up", "a MIG instance …"
-    plural: str  # many, in a pool's summary
-    whole: bool  # a whole GPU: asked for by count, placed by how the GPUs are wired
-    own_memory: bool  # its memory is its own (a MIG instance's), not its whole GPU's
-    shares_gpu: bool  # several servers run on its GPU at once: busy by its own processes,
-    # and a container that reaches the GPU holds it only where its labels say so
-    to_have_some: str  # what an admin does to have units of this kind in the pool
-
-
-class Kind(StrEnum):
-    GPU = "gpu"  # a whole GPU, for one server alone
-    MIG = "mig"  # one MIG instance, for one server alone
-    SHARED = "shared"  # one slot of a GPU that several servers use at once
-
-    @property
-    def facts(self) -> KindFacts:
-        return KIND_FACTS[self]
-
-    @property
-    def held_by_reach(self) -> bool:
-        """Whether a container that reaches its device holds it: a whole GPU or a MIG instance,
-        yes; a shared GPU's slot only when the server's labels name it."""
-        return not self.facts.shares_gpu
-
-
-KIND_FACTS = {
-    Kind.GPU: KindFacts(
-        "GPU", "whole GPUs", True, False, False, "change gpus, gpu_model or min_gpu_memory"
-    ),
-    Kind.MIG: KindFacts(
-        "MIG instance",
-        "MIG instances",
-        False,
-        True,
-        False,
-        "gpuspawner hands out the MIG instances it finds; make them (nvidia-smi mig or "
-        "nvidia-mig-parted) or change mig_profile",
-    ),
-    Kind.SHARED: KindFacts(
-        "shared slot",
-        "shared slots",
-        False,
-        False,
-        True,
-        "mark a GPU as shared in c.GPUSpawner.shared_gpus",
-    ),
-}
 
 
 @dataclass(frozen=True)
@@ -130,6 +77,38 @@ class Unit:
         if self.kind is Kind.SHARED:
             return f"1 of {self.slots} slots of {self.model} (shared)"
         return with_memory(self.model, self.memory_bytes)
+
+    @property
+    def free_of_its_kind(self) -> str:
+        """What the spawn form's counts of such units say: "MIG 1g.10gb instances free · …"."""
+        if self.kind is Kind.MIG:
+            return (
+                f"MIG {self.profile} instances free · {gib(self.memory_bytes)} GiB each, "
+                f"{amount(self.weight)} of {self.model}"
+            )
+        if self.kind is Kind.SHARED:
+            return (
+                f"shared GPU slots free · {self.model}, used by up to {self.slots} servers at "
+                "once (no memory isolation)"
+            )
+        return f"GPUs free · {self.label}"
+
+    @property
+    def held_as(self) -> str:
+        """Which device a server holds, for its user: a shared GPU's slot names its slot."""
+        if self.kind is Kind.SHARED:
+            return f"{self.device} (slot {self.position} of {self.slots})"
+        return self.device
+
+    def column(self, where: str) -> str:
+        """`gpuspawner status`'s GPU column: "0", "2 MIG 1g.10gb #3", "3 slot 2/4", where
+        `where` is its GPU's index (on a swarm, "n2:0")."""
+        if self.kind is Kind.MIG:
+            number = f" #{self.position}" if self.id != self.gpu else ""
+            return f"{where} MIG {self.profile}{number}"
+        if self.kind is Kind.SHARED:
+            return f"{where} slot {self.position}/{self.slots}"
+        return where
 
 
 def units_in_words(units: Sequence[Unit]) -> str:
@@ -257,6 +236,18 @@ class Request:
             return self
         allowed = frozenset(nodes)
         return replace(self, nodes=allowed if self.nodes is None else self.nodes & allowed)
+
+    def hardware(self, units: Sequence[Unit]) -> str:
+        """What a profile gets, in words: the models (and kinds) of `units` that could
+        serve it."""
+        if self.kind is None:
+            return "no GPU"
+        labels = " or ".join(dict.fromkeys(u.label for u in units if self.matches(u)))
+        if self.kind is Kind.GPU:
+            return f"{self.gpus} × {labels} each"
+        if self.kind is Kind.SHARED:
+            return f"{labels}: {NO_ISOLATION}"
+        return labels
 
     @property
     def what(self) -> str:

@@ -16,12 +16,11 @@ from ..core.limits import LimitExceeded, UserLimits
 from ..core.nodes import Count, counts_by_node
 from ..core.pool_view import PoolView
 from ..core.profiles import Profile, default_profile
-from ..core.units import Kind, Request, Unit
-from ..core.words import amount, count_gpus, duration, from_group, gib, your_server
+from ..core.units import Unit
+from ..core.words import amount, count_gpus, duration, from_group, your_server
 
 TEMPLATE = "gpuspawner_form.html"
 WAIT = "If you start it now, you wait in line"  # then until what, and for how long at most
-NO_ISOLATION = "shares the GPU and its memory with the other servers on it: no memory isolation"
 
 
 @dataclass(frozen=True)
@@ -59,18 +58,6 @@ class NoticeRow:
         return self.text
 
 
-def hardware(request: Request, units: Sequence[Unit]) -> str:
-    """What a profile gets, in words: the models (and kinds) that could serve it."""
-    if request.kind is None:
-        return "no GPU"
-    labels = " or ".join(dict.fromkeys(u.label for u in units if request.matches(u)))
-    if request.kind is Kind.GPU:
-        return f"{request.gpus} × {labels} each"
-    if request.kind is Kind.SHARED:
-        return f"{labels}: {NO_ISOLATION}"
-    return labels
-
-
 def by_machine(pool: PoolView, nodes: Collection[str] | None = None) -> list[tuple[str, Count]]:
     """Free and total GPUs (of every kind) on each of the user's machines, where the pool
     spans more than one; [] on one host."""
@@ -98,24 +85,10 @@ def availability(pool: PoolView, nodes: Collection[str] | None = None) -> list[A
             units[0].kind.value,
             sum(states[u.id] == "free" for u in units),
             len(units),
-            _what(units[0]),
+            units[0].free_of_its_kind,
         )
         for units in groups.values()
     ]
-
-
-def _what(unit: Unit) -> str:
-    if unit.kind is Kind.MIG:
-        return (
-            f"MIG {unit.profile} instances free · {gib(unit.memory_bytes)} GiB each, "
-            f"{amount(unit.weight)} of {unit.model}"
-        )
-    if unit.kind is Kind.SHARED:
-        return (
-            f"shared GPU slots free · {unit.model}, used by up to {unit.slots} servers at once "
-            "(no memory isolation)"
-        )
-    return f"GPUs free · {unit.label}"
 
 
 def why_not_now(profile: Profile, limits: UserLimits, user_id: int, pool: PoolView) -> str:
@@ -194,7 +167,7 @@ def profile_rows(
             p.slug,
             p.display_name,
             p.description,
-            hardware(p.request, units),
+            p.request.hardware(units),
             reasons[p.slug],
             p.slug == checked,
             (waiting or {}).get(p.slug, 0),
@@ -214,17 +187,11 @@ def holdings(limits: UserLimits, user_id: int, pool: PoolView) -> str:
     if allowance is not None:
         words = f"{amount(held)} of your {count_gpus(allowance)}"
     servers = [
-        f"{', '.join(map(_held, g.units))} ({your_server(g.holder.server)})"
+        f"{', '.join(u.held_as for u in g.units)} ({your_server(g.holder.server)})"
         for g in pool.grants()
         if g.holder.user_id == user_id and not g.stopping
     ]
     return f"You hold {words}" + (": " + "; ".join(servers) + "." if servers else ".")
-
-
-def _held(unit: Unit) -> str:
-    if unit.kind is Kind.SHARED:
-        return f"{unit.device} (slot {unit.position} of {unit.slots})"
-    return unit.device
 
 
 def render(template_paths: Sequence[str], **context: object) -> str:
