@@ -61,7 +61,7 @@ class Waiting:
     user_id: int
     group: str  # the group whose priority it has (the user's highest)
     priority: int
-    gpus: float
+    weight: float  # what it asks for, in GPU-equivalents (a 1g.10gb instance of an A100: 1/7)
     arrived: float
     patient: bool = True  # may wait (max_wait > 0); one that may not never reserves
 

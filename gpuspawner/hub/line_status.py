@@ -71,7 +71,7 @@ def standings(line: Line, ordered: list[Entry]) -> list[Standing]:
                 server=entry.holder.server,
                 profile=entry.slug,
                 asks_for=entry.request.what,
-                gpus=w.gpus,
+                gpus=w.weight,
                 group=w.group,
                 priority=w.priority,
                 recent_gpu_hours=round(recent.get(w.user_id, 0.0), 2),

@@ -38,7 +38,7 @@ def test_order(line, recent, expected):
 
 def capacity(free: int):
     """`fits` for a pool with `free` GPUs (placement always finds n free GPUs)."""
-    return lambda w, starting: w.gpus + sum(s.gpus for s in starting) <= free
+    return lambda w, starting: w.weight + sum(s.weight for s in starting) <= free
 
 
 @pytest.mark.parametrize(
@@ -96,11 +96,11 @@ def simulate(total: int, big: int, stream: list[tuple[float, float]], reserve_af
         for start in chosen.starting:
             line.remove(start)
             duration = 600.0 if start.key == 0 else float(-start.user_id)
-            running.append((now + duration, start.gpus))
+            running.append((now + duration, start.weight))
             if start.key == 0:
                 started_big = now
         free = total - sum(gpus for _, gpus in running)
-        if not chosen.held_for and any(w.gpus <= free for w in line):
+        if not chosen.held_for and any(w.weight <= free for w in line):
             idle_while_waiting.append(now)
         if started_big is not None and not line:
             break
@@ -171,8 +171,8 @@ def test_a_reservation_holds_back_only_what_competes_with_it():
     kind = {1: "mig", 2: "gpu", 3: "mig", 4: "gpu"}
 
     def fits(w, starting):
-        taken = sum(s.gpus for s in starting if kind[s.key] == kind[w.key])
-        return w.gpus + taken <= free[kind[w.key]]
+        taken = sum(s.weight for s in starting if kind[s.key] == kind[w.key])
+        return w.weight + taken <= free[kind[w.key]]
 
     line = [waiting(1, 2), waiting(2, 1), waiting(3, 1), waiting(4, 1)]
     same_kind = lambda a, b: kind[a.key] == kind[b.key]  # noqa: E731
@@ -192,8 +192,8 @@ def test_behind_a_reservation_a_request_may_start_on_units_its_head_could_not_us
 
     def fits_on(w, models):
         for model in sorted(models):
-            if free[model] - taken.get(model, 0) >= w.gpus:
-                taken[model] = taken.get(model, 0) + w.gpus
+            if free[model] - taken.get(model, 0) >= w.weight:
+                taken[model] = taken.get(model, 0) + w.weight
                 return True
         return False
 
