@@ -212,9 +212,10 @@ class Broker:
         self._machine.follow_layout(layout)
 
     def note_telemetry(self, telemetry: Mapping[str, Telemetry]) -> None:
-        """The monitor's latest sample: GPUs that fell ill or recovered, and what the pages show."""
-        self._machine.follow_health(telemetry)
+        """The monitor's latest sample: what the pages show, and GPUs that fell ill or
+        recovered."""
         self._telemetry = MappingProxyType(dict(telemetry))
+        self._machine.follow_health(telemetry)
 
     def follow_reachability(self, unreachable: Mapping[str, str] | None) -> None:
         self._machine.follow_reachability(unreachable)
