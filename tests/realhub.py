@@ -153,6 +153,9 @@ def base_config(token: str, prefix: str, hub_ip: str) -> str:
     )
 
 
+RUNNING = "JupyterHub is now running"  # the hub's log line just before it sets its signal handlers
+
+
 def restart_dockerd(timeout: float = 60) -> None:
     """Restart the Docker engine the way it was started (systemd, or by scripts/testbed)."""
     systemd = subprocess.run(["systemctl", "is-active", "--quiet", "docker"], capture_output=True)
@@ -193,6 +196,7 @@ class Hub:
     prefix: str = field(default_factory=lambda: unique_prefix("t"))
     env: dict[str, str] = field(default_factory=dict)  # for the hub process: DOCKER_HOST, …
     process: subprocess.Popen | None = None
+    _runs_before: int = 0  # how often the log said the hub runs, before this start
 
     def __post_init__(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -208,6 +212,7 @@ class Hub:
 
     # --- process -----------------------------------------------------------
     def start(self, wait: bool = True) -> Hub:
+        self._runs_before = self.log().count(RUNNING)
         log = self.log_file.open("a")
         self.process = subprocess.Popen(
             [sys.executable, "-m", "jupyterhub", "-f", str(self.config_file), "--debug"],
@@ -222,12 +227,16 @@ class Hub:
         return self
 
     def wait_until_up(self, timeout: float = 60) -> None:
+        """Until the hub has said it runs and then answered: it sets its SIGTERM handler
+        right after saying so, and answers only after that, so a stop from here on is a
+        graceful one (the API answers earlier, while a SIGTERM would still kill it)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise RuntimeError(f"hub exited with {self.process.returncode}:\n{self.log()}")
             try:
-                if requests.get(f"{self.url}/hub/api/", timeout=2).ok:
+                running = self.log().count(RUNNING) > self._runs_before
+                if running and requests.get(f"{self.url}/hub/api/", timeout=2).ok:
                     return
             except requests.ConnectionError:
                 pass
