@@ -8,9 +8,10 @@ engine's spawner class and adds only what is the engine's: where the
 container runs, how it is given exactly its grant, its storage and image, and
 whether it still runs. See docs/architecture.md, "Adding an engine".
 
-One start's values (its profile, the user's limits, its grant, a create in
-flight) are worked out once as it begins and kept in a `Start` until the
-server ends.
+One start's values are worked out once as it begins (the user's limits and the
+profile, passed on from there); what the engine's part and the end of the server
+need of them (the profile, the timeout, the grant, a create in flight) is kept in
+a `Start` until the server ends.
 """
 
 from __future__ import annotations
@@ -62,7 +63,6 @@ class Start:
     """One start, from its first step until its server ends."""
 
     profile: Profile
-    limits: UserLimits
     timeout: int  # start_timeout without the time in line: for the engine's own start
     grant: Grant | None = None  # once the broker gave it
     creating: Future[Any] | None = None  # the engine's create call, while it may be in flight
@@ -178,7 +178,7 @@ class GPUServer(GPUSettings, EngineSpawner):
             )
         self._apply_overrides(dict(profile.spawner_override))
         timeout = self._timeout_without_wait or int(getattr(self, "start_timeout"))  # noqa: B009
-        self.current_start = begun = Start(profile, limits, timeout)
+        self.current_start = begun = Start(profile, timeout)
         await self.prepare_storage()  # before the GPUs: a storage problem takes nothing
         await self.prepare_image()  # and so does an image that is not here
         begun.grant = await self._take(profile, limits)
