@@ -27,6 +27,10 @@ DURATION_KEYS = ("gpu_idle_timeout", "idle_timeout", "cpu_idle_timeout", "max_ag
 LINE_KEYS = ("max_wait", "priority")
 HOURS_KEYS = ("gpu_hours_per_week", "gpu_hours_per_week_group")
 FLAG_KEYS = ("stop_over_budget",)
+# Jobs' rules (core.job_rules resolves them per user). Unset job flags are True.
+JOB_COUNT_KEYS = ("max_jobs", "max_preemptions")
+JOB_SECONDS_KEYS = ("max_runtime", "min_runtime", "preempt_grace")
+JOB_FLAG_KEYS = ("jobs_give_way", "preempts_jobs")
 GROUP_OWN_KEYS = ("max_gpus_group", "gpu_hours_per_week_group")  # never from default_limits
 A_DECADE = 10 * 365 * 24 * 3600  # the longest time limit: past it, clocks overflow dates
 
@@ -50,6 +54,14 @@ class Limits:
     stop_over_budget: bool = False
     nodes: frozenset[str] | None = None  # the machines its members' servers may run on
     max_waiting_per_user: int | None = None  # places in the line; None: 1 per GPU left to take
+    max_jobs: int | None = None  # jobs a member may have waiting or running; 0: none
+    max_runtime: float | None = None  # seconds a job may run; then it is stopped
+    min_runtime: float | None = None  # seconds a job runs before it may be made to give way
+    preempt_grace: float | None = None  # seconds between a job's SIGTERM and its SIGKILL
+    job_priority: int | None = None  # higher goes first among waiting jobs
+    jobs_give_way: bool = True  # its members' jobs give way to people's starts
+    preempts_jobs: bool = True  # its members' starts may make jobs give way
+    max_preemptions: int | None = None  # times a job gives way before it is left to run
     # The keys this group leaves to default_limits: a message names default_limits for them.
     inherited: frozenset[str] = frozenset()
 
@@ -79,7 +91,7 @@ def parse_limits(
     values: dict[str, Any] = {}
     for key, value in raw.items():
         if value is None:
-            values[key] = False if key in FLAG_KEYS else None
+            values[key] = (key in JOB_FLAG_KEYS) if key in FLAG_KEYS + JOB_FLAG_KEYS else None
         elif key in COUNT_KEYS:
             values[key] = _count(value, f"{where}[{key!r}]")
         elif key in DURATION_KEYS:
@@ -92,8 +104,14 @@ def parse_limits(
             values[key] = _places(value, f"{where}[{key!r}]")
         elif key in HOURS_KEYS:
             values[key] = _hours(value, f"{where}[{key!r}]")
-        elif key in FLAG_KEYS:
+        elif key in FLAG_KEYS + JOB_FLAG_KEYS:
             values[key] = _flag(value, f"{where}[{key!r}]")
+        elif key in JOB_COUNT_KEYS:
+            values[key] = _whole(value, f"{where}[{key!r}]")
+        elif key in JOB_SECONDS_KEYS:
+            values[key] = _job_seconds(value, f"{where}[{key!r}]")
+        elif key == "job_priority":
+            values[key] = _priority(value, f"{where}[{key!r}]")
         elif key == "nodes":
             values[key] = parse_nodes(value, f"c.GPUSpawner.{where}[{key!r}]", LimitsConfigError)
         else:
@@ -159,6 +177,23 @@ def _places(value: Any, where: str) -> int:
             f"c.GPUSpawner.{where} must be a whole number of servers ≥ 1 that one user may "
             f"have waiting in line at once (max_wait 0 is how to let none wait), or None for "
             f"1 per GPU they may still take, got {value!r}"
+        )
+    return value
+
+
+def _job_seconds(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= A_DECADE:
+        raise LimitsConfigError(
+            f"c.GPUSpawner.{where} must be a number of seconds ≥ 0 (at most ten years) or None, "
+            f"got {value!r}"
+        )
+    return float(value)
+
+
+def _whole(value: Any, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise LimitsConfigError(
+            f"c.GPUSpawner.{where} must be a whole number ≥ 0 or None, got {value!r}"
         )
     return value
 

@@ -125,13 +125,28 @@ class Pool(Books):
                 return short
             return None
 
-    def _choose(self, request: Request) -> tuple[Unit, ...]:
+    def fits_if_freed(self, request: Request, freed: frozenset[str]) -> bool:
+        """Whether `request` could be served now were the units `freed` (held) free too:
+        which jobs must give way for a person's start (`give_way`)."""
+        with self._lock:
+            try:
+                self._choose(request, freed)
+            except NotEnoughGPUs:
+                return False
+            return True
+
+    def _choose(self, request: Request, freed: frozenset[str] = frozenset()) -> tuple[Unit, ...]:
         if request.kind is None:
             return ()
         matching = [u for u in self._units.values() if request.matches(u)]
         if request.nodes is not None and not request.nodes & self._reachable():
             raise no_machine(request, len(matching))
-        free = [u for u in matching if self._state(u) is DeviceState.FREE]
+        free = [
+            u
+            for u in matching
+            if self._state(u) is DeviceState.FREE
+            or (u.id in freed and self._state(u) is DeviceState.ALLOCATED)
+        ]
         here = one_node(request, free, len(matching), self.policy)
         if request.kind.facts.whole:
             chosen = self._placers[here[0].node].place({u.id for u in here}, request.count)

@@ -1,0 +1,178 @@
+"""A job's life: what a submission asks for, its states, and what moves it between them.
+
+A job is a notebook or a script run unattended on GPUs of one of the user's
+profiles. It waits among the jobs (behind every person's start), runs in its
+own server when GPUs are free, and ends done, failed or cancelled; when a
+person's start needs its GPUs it gives way and waits again.
+
+The states and their transitions are data (as h11's `_state.py` keeps its
+own): `TRANSITIONS` says, for each state, what each event leads to; an event
+a state does not list changes nothing (a late report from a job already
+cancelled). No clock or I/O here.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+NOTEBOOK_SUFFIX = ".ipynb"
+MAX_PATH = 1024
+MAX_ARGS = 64
+OUTPUTS = "jobs"  # the folder of each job's outputs, in the user's home: jobs/job-7/
+SERVER_PREFIX = "job-"  # a job's server is the user's named server "job-<id>"
+
+
+class JobState(StrEnum):
+    WAITING = "waiting"  # for free GPUs, behind people's starts
+    STARTING = "starting"  # its GPUs are taken, its server starts
+    RUNNING = "running"
+    GIVING_WAY = "giving way"  # stopping for a person's start; then it waits again
+    DONE = "done"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+FINAL = frozenset({JobState.DONE, JobState.FAILED, JobState.CANCELLED})
+HOLDING = frozenset({JobState.STARTING, JobState.RUNNING, JobState.GIVING_WAY})
+
+
+class Event(StrEnum):
+    DISPATCHED = "dispatched"  # GPUs were taken for it
+    UP = "up"  # its server answers
+    START_FAILED = "start failed"
+    FINISHED = "finished"  # it reported its run ended well
+    BROKE = "broke"  # it reported its run failed
+    GIVE_WAY = "give way"  # a person's start needs its GPUs
+    OVER_RUNTIME = "over runtime"  # past its group's max_runtime
+    CANCEL = "cancel"
+    ENDED = "ended"  # its server is gone
+
+
+W, S, R, G = JobState.WAITING, JobState.STARTING, JobState.RUNNING, JobState.GIVING_WAY
+TRANSITIONS: Mapping[JobState, Mapping[Event, JobState]] = {
+    W: {Event.DISPATCHED: S, Event.CANCEL: JobState.CANCELLED},
+    S: {
+        Event.UP: R,
+        Event.START_FAILED: JobState.FAILED,
+        Event.FINISHED: JobState.DONE,  # a short run may end before the hub saw it up
+        Event.BROKE: JobState.FAILED,
+        Event.CANCEL: JobState.CANCELLED,
+        Event.ENDED: JobState.FAILED,
+    },
+    R: {
+        Event.FINISHED: JobState.DONE,
+        Event.BROKE: JobState.FAILED,
+        Event.GIVE_WAY: G,
+        Event.OVER_RUNTIME: JobState.FAILED,
+        Event.CANCEL: JobState.CANCELLED,
+        Event.ENDED: JobState.FAILED,
+    },
+    G: {
+        Event.FINISHED: JobState.DONE,  # it finished within its grace
+        Event.CANCEL: JobState.CANCELLED,
+        Event.ENDED: W,  # (a failure report while giving way is its SIGTERM's doing)
+    },
+}
+
+
+def step(state: JobState, event: Event) -> JobState | None:
+    """The state `event` leads to, or None where it changes nothing."""
+    return TRANSITIONS.get(state, {}).get(event)
+
+
+class InvalidJob(ValueError):
+    """A submission that cannot be a job; the message says what to fix."""
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """What a job runs: a notebook, or a script with its arguments, in the user's home, on
+    a profile."""
+
+    profile: str
+    notebook: str | None = None
+    script: str | None = None
+    args: tuple[str, ...] = ()
+
+    @property
+    def path(self) -> str:
+        return self.notebook or self.script or ""
+
+    def for_runner(self, job_id: int, attempt: int) -> dict[str, Any]:
+        """What the container's runner is told (GPUSPAWNER_JOB; images' `gpuspawner-job`)."""
+        what: dict[str, Any] = (
+            {"notebook": self.notebook}
+            if self.notebook
+            else {"script": self.script, "args": list(self.args)}
+        )
+        return {"id": server_of(job_id), **what, "outputs": outputs_of(job_id), "attempt": attempt}
+
+    def as_json(self) -> dict[str, Any]:
+        body: dict[str, Any] = {"profile": self.profile}
+        if self.notebook:
+            body["notebook"] = self.notebook
+        else:
+            body["script"] = self.script
+            body["args"] = list(self.args)
+        return body
+
+
+def server_of(job_id: int) -> str:
+    return f"{SERVER_PREFIX}{job_id}"
+
+
+def outputs_of(job_id: int) -> str:
+    return f"{OUTPUTS}/{server_of(job_id)}"
+
+
+def parse_submission(body: Any) -> JobSpec:
+    """A submission's JSON body, checked: `{"profile": slug, "notebook": "path.ipynb"}` or
+    `{"profile": slug, "script": "train.py", "args": ["--epochs", "3"]}`, paths relative to
+    the home."""
+    if not isinstance(body, dict):
+        raise InvalidJob(
+            'A job is a JSON object like {"profile": "1gpu", "notebook": "train.ipynb"}'
+        )
+    unknown = sorted(set(body) - {"profile", "notebook", "script", "args"})
+    if unknown:
+        raise InvalidJob(
+            f"Unknown key{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}: a job "
+            "has a profile, and a notebook or a script (with args)"
+        )
+    profile = body.get("profile")
+    if not isinstance(profile, str) or not profile:
+        raise InvalidJob('"profile" must be the slug of one of your GPU profiles')
+    notebook, script = body.get("notebook"), body.get("script")
+    if (notebook is None) == (script is None):
+        raise InvalidJob('A job runs either a "notebook" or a "script": give exactly one')
+    args = body.get("args", [])
+    if notebook is not None:
+        if "args" in body:
+            raise InvalidJob('"args" go with a "script"; a notebook takes none')
+        path = _home_path(notebook, "notebook")
+        if not path.endswith(NOTEBOOK_SUFFIX):
+            raise InvalidJob(f"The notebook {path!r} must be a {NOTEBOOK_SUFFIX} file")
+        return JobSpec(profile, notebook=path)
+    if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+        raise InvalidJob('"args" must be a list of strings, such as ["--epochs", "3"]')
+    if len(args) > MAX_ARGS:
+        raise InvalidJob(f'"args" may hold at most {MAX_ARGS} arguments')
+    return JobSpec(profile, script=_home_path(script, "script"), args=tuple(args))
+
+
+def _home_path(value: Any, what: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidJob(f'"{what}" must be a path in your home, such as "train.ipynb"')
+    if len(value) > MAX_PATH or "\0" in value:
+        raise InvalidJob(f'"{what}" is not a usable path')
+    path = posixpath.normpath(value)
+    if posixpath.isabs(value) or path == ".." or path.startswith("../"):
+        raise InvalidJob(
+            f"The {what} {value!r} must be a path inside your home, relative to it "
+            '(such as "experiments/train.ipynb")'
+        )
+    return path
