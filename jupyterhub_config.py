@@ -85,8 +85,14 @@ c.GPUSpawner.group_limits = {
         "max_gpus_per_user": 4,
         "profiles": ["cpu", "gpu-1", "gpu-2", "gpu-4"],
         "max_age": 72 * HOUR,
+        # a start waits up to 10 min for GPUs: jobs holding them give way (docs/jobs.md)
+        "max_wait": 10 * 60,
+        "max_jobs": 8,
+        "max_runtime": 24 * HOUR,
     },
 }
+# Jobs (docs/jobs.md) run as named servers "job-<id>"; people may name servers of their own.
+c.JupyterHub.allow_named_servers = True
 
 # --- Storage: users' files outlive their containers (docs/configuration.md) --
 # A home per user, shared by all their servers and profiles: GPUSpawner's default, written out.

@@ -45,6 +45,7 @@ LABEL_GPUS = LABEL_PREFIX + "gpus"
 LABEL_QUOTA_GROUP = LABEL_PREFIX + "quota-group"
 LABEL_SINCE = LABEL_PREFIX + "since"
 LABEL_UNITS = LABEL_PREFIX + "units"
+LABEL_JOB = LABEL_PREFIX + "job"  # a job's id, on its server's container (hub.jobs)
 REMOVAL_WAIT_SECONDS = 30  # a removal Docker has under way: past this, the next tick asks again
 
 # A grant's start must be a moment the admin page and the culler can work with.

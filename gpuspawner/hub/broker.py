@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from types import MappingProxyType
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar, Protocol
 
 from ..config.site import GPUSite
 from ..core.culling import IdleClock
@@ -46,7 +46,23 @@ from .recovery import KnownServers, adopt, recover_ledger
 from .refusals import refused
 from .removals import Removals
 
+if TYPE_CHECKING:
+    from .jobs.board import Launch
+
 RECENT_USE_HALF_LIVES = 10  # use older than this many half-lives counts for less than 0.1 %
+
+
+class JobsPart(Protocol):
+    """What the broker tells the hub's jobs (`hub.jobs.board`), which act on the books only
+    through the broker's methods."""
+
+    def line_ran(self) -> None: ...
+
+    def released(self, grant: Grant) -> None: ...
+
+    def launching(self, server_id: int) -> Launch | None: ...
+
+    def is_job(self, user_id: int, server: str) -> bool: ...
 
 
 class BrokerNotRunning(RuntimeError):
@@ -87,6 +103,7 @@ class Broker:
         self._silences = Silences()  # the engine's unanswered questions (errors, not answers)
         self._ledger = ledger  # the usage ledger: every grant's start, end and busy time
         self._half_life = half_life  # of recent use, which orders the waiting line
+        self._jobs: JobsPart | None = None  # the hub's jobs, once read back (`serve_jobs`)
         self._line = Line(
             self._pool,
             self._idle,
@@ -97,9 +114,10 @@ class Broker:
             recent_use=self._recent_use if ledger is not None else None,
             record=LineRecord(ledger.path) if ledger is not None else None,
             limits_of=limits_of,
+            after_run=self._line_ran,
         )
         self._removals = Removals(
-            self._pool, engine, hub, self.executor, log, clock, ledger, self._line.run
+            self._pool, engine, hub, self.executor, log, clock, ledger, self._returned
         )
         self._machine = Machine(site, self._pool, hub, self.look_past, log)
 
@@ -113,6 +131,16 @@ class Broker:
     def line(self) -> Line:
         """The waiting line, to read (`line_status`); changed through the broker's methods."""
         return self._line
+
+    @property
+    def jobs(self) -> JobsPart | None:
+        """The hub's jobs, where it serves them."""
+        return self._jobs
+
+    def serve_jobs(self, jobs: JobsPart) -> None:
+        """At hub start, once the jobs are read back: from now on they hear of the line's
+        passes and of releases."""
+        self._jobs = jobs
 
     @property
     def ledger(self) -> Ledger | None:
@@ -300,6 +328,16 @@ class Broker:
     async def settled(self, key: int) -> bool:
         """Whether a server's earlier GPUs are released, after one more try if still stopping."""
         return await self._removals.settled(key)
+
+    def _returned(self, grant: Grant) -> None:
+        """Docker confirmed a container gone and its GPUs are back."""
+        if self._jobs is not None:
+            self._jobs.released(grant)
+        self._line.run()
+
+    def _line_ran(self) -> None:
+        if self._jobs is not None:
+            self._jobs.line_ran()
 
     # --- the waiting line's order -------------------------------------------------
     def _recent_use(self, now: float) -> dict[int, float]:

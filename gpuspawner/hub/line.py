@@ -90,8 +90,10 @@ class Line:
         recent_use: Callable[[float], Mapping[int, float]] | None = None,
         record: LineRecord | None = None,
         limits_of: Callable[[int], UserLimits | None] = lambda user_id: None,
+        after_run: Callable[[], None] = lambda: None,
     ) -> None:
         self.pool, self.idle, self.clock, self.log = pool, idle, clock, log
+        self.after_run = after_run  # jobs give way to, and fill around, who waits
         self.take_now = take_now  # the broker's one way to take GPUs, for whoever's turn it is
         self.reserve_after = reserve_after
         self.recent_use = recent_use or (lambda now: {})
@@ -220,6 +222,8 @@ class Line:
                 self._order, self._held_for = [], set()
         except Exception:
             self.log.exception("gpuspawner: the waiting line's pass failed")
+        if not self._closing:
+            self.after_run()
         self._moved()
 
     def _moved(self) -> None:
@@ -341,6 +345,10 @@ class Line:
 
     def entries(self) -> list[Entry]:
         return list(self._entries.values())
+
+    def order(self) -> list[int]:
+        """The waiting keys in line order, as of the last pass."""
+        return list(self._order)
 
     def next_change(self) -> asyncio.Future[None]:
         """Done at the line's next change (a place or an estimate may have moved)."""

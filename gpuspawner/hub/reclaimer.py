@@ -54,13 +54,20 @@ class Reclaimer:
                 user = self.app.users[grant.holder.user_id]
             except KeyError:
                 continue  # a user deleted while their server ran
-            if busy:
+            job = self._is_job(grant)
+            if busy or job:  # a running job is never idle: it ends when its run ends
                 self._record_activity(user, grant.holder.server)
+            if job:
+                continue  # its own limit is max_runtime (`hub.jobs`)
             verdict = self._verdict(user, grant, now)
             if verdict is not None and grant.key not in self._stopping:
                 self._stopping[grant.key] = asyncio.ensure_future(
                     self._stop(user, grant, verdict, now)
                 )
+
+    def _is_job(self, grant: Grant) -> bool:
+        jobs = self.broker.jobs
+        return jobs is not None and jobs.is_job(grant.holder.user_id, grant.holder.server)
 
     def _verdict(self, user: Any, grant: Grant, now: float) -> Verdict | None:
         limits = self.broker.site.limits.for_user({g.name for g in user.groups}, bool(user.admin))

@@ -14,7 +14,7 @@ import logging
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
 
-from ..core.pool import Pool
+from ..core.pool import Grant, Pool
 from ..engine.base import Engine
 from ..records.ledger import Ledger
 
@@ -29,11 +29,11 @@ class Removals:
         log: logging.Logger,
         clock: Callable[[], float],
         ledger: Ledger | None,
-        returned: Callable[[], None],
+        returned: Callable[[Grant], None],
     ) -> None:
         self._pool, self._engine, self._hub, self._executor = pool, engine, hub, executor
         self._log, self._clock, self._ledger = log, clock, ledger
-        self._returned = returned  # GPUs came back: the waiting line's pass
+        self._returned = returned  # GPUs came back: the waiting line's pass, a job's end
         self._containers: dict[int, set[str]] = {}  # grant key → container ids known to hold it
         self._removing: dict[int, asyncio.Task[None]] = {}
 
@@ -115,4 +115,4 @@ class Removals:
         self._log.info(
             "gpuspawner: %s returned %s", released.holder.name, ", ".join(released.uuids)
         )
-        self._returned()  # the next in line starts now, not at the next monitor tick
+        self._returned(released)  # the next in line starts now, not at the next monitor tick

@@ -17,6 +17,7 @@ a `Start` until the server ends.
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import sys
 import time
@@ -38,7 +39,11 @@ from ..core.units import units_in_words
 from ..core.words import duration, from_group, your_server
 from . import budgets, line_status, notices, spawn_page, startup
 from .broker import Broker, BrokerNotRunning
+from .jobs.board import Launch
 from .refusals import Refused, failed_start, refused_start
+
+JOB_RUNNER = "gpuspawner-job"  # in the notebook images (labextension/gpuspawner_lab/job.py)
+JOB_ENV = "GPUSPAWNER_JOB"  # what it runs, as JSON (core.jobs.JobSpec.for_runner)
 
 LINKS_CANNOT_START = (
     "A link cannot start a server: check the choice below and press Start. "
@@ -66,6 +71,7 @@ class Start:
     timeout: int  # start_timeout without the time in line: for the engine's own start
     grant: Grant | None = None  # once the broker gave it
     creating: Future[Any] | None = None  # the engine's create call, while it may be in flight
+    job: Launch | None = None  # the job this server runs, if it is a job's
 
 
 class GPUServer(GPUSettings, EngineSpawner):
@@ -167,6 +173,10 @@ class GPUServer(GPUSettings, EngineSpawner):
     async def start(self) -> Any:
         limits = self.user_limits()
         profile = self._chosen_profile(limits)
+        jobs = self.broker.jobs
+        job = jobs.launching(self.orm_spawner.id) if jobs is not None else None
+        if job is not None:  # its GPUs were taken as it was dispatched
+            return await self._start_job(job, profile)
         self._check_budget(profile, limits)
         if not await self.broker.settled(self.orm_spawner.id):
             raise refused_start(
@@ -194,6 +204,36 @@ class GPUServer(GPUSettings, EngineSpawner):
             ", ".join(begun.grant.uuids) or "no GPU",
         )
         return await self._start_container(begun)
+
+    async def _start_job(self, job: Launch, profile: Profile) -> Any:
+        """A job's server: the images' `gpuspawner-job` runs the job, then ends the server."""
+        self._apply_overrides(dict(profile.spawner_override))
+        timeout = self._timeout_without_wait or int(getattr(self, "start_timeout"))  # noqa: B009
+        self.current_start = begun = Start(profile, timeout, grant=job.grant, job=job)
+        try:
+            await self.prepare_storage()
+            await self.prepare_image()
+        except BaseException:
+            self._release_when_gone(self.object_id)
+            raise
+        self.cmd = [JOB_RUNNER]
+        self.idle_limit = None  # a running job is never idle: it ends when its run ends
+        self.reserved.set()
+        self.log.info(
+            "gpuspawner: %s runs %s on %s",
+            self._log_name,
+            job.job.spec.path,
+            ", ".join(job.grant.uuids),
+        )
+        return await self._start_container(begun)
+
+    def get_env(self) -> dict[str, str]:
+        env: dict[str, str] = super().get_env()
+        begun = self.current_start
+        if begun is not None and begun.job is not None:
+            job = begun.job.job
+            env[JOB_ENV] = json.dumps(job.spec.for_runner(job.id, job.attempts))
+        return env
 
     def _chosen_profile(self, limits: UserLimits) -> Profile:
         try:

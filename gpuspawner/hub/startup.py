@@ -29,13 +29,18 @@ from traitlets import TraitError
 from ..config.site import GPUSite, check_container_settings, check_overrides
 from ..core.culling import Busyness
 from ..core.errors import GPUConfigError
+from ..core.job_rules import JobRules, job_rules
 from ..core.limits import UserLimits
 from ..core.units import tally
 from ..core.words import server_name
 from ..engine import processes
+from ..records.jobs import JobRecord
 from ..records.ledger import Ledger
-from . import access, lease_api, metrics, notices, pages, slow_starts
+from . import access, budgets, lease_api, metrics, notices, pages, slow_starts
 from .broker import Broker, BrokerNotRunning
+from .jobs import api as jobs_api
+from .jobs.board import JobBoard
+from .jobs.launch import Launcher
 from .monitor import Monitor, Owners
 from .reclaimer import Reclaimer
 from .recovery import KnownServers
@@ -156,7 +161,9 @@ async def start_broker(app: Any, spawner_class: Any = None) -> Broker:
         spawner.usage_retention_days * 24 * 3600,
         owners=_process_owners(site),
     )
+    jobs = _serve_jobs(app, broker, spawner.usage_ledger_file)
     monitor.listeners.append(Reclaimer(app, broker, app.log))
+    monitor.listeners.append(lambda observation: _jobs_tick(jobs, broker))
     monitor.listeners.append(metrics.UsageCounters(broker))
     monitor.listeners.append(metrics.count_engine_errors)
     monitor.start()
@@ -167,6 +174,7 @@ async def start_broker(app: Any, spawner_class: Any = None) -> Broker:
     metrics.register_once()
     pages.install(app)
     lease_api.install(app)
+    jobs_api.install(app)
     app.log.info(
         "gpuspawner: %d GPU(s) in the pool (%s), %d free",
         len(site.gpus),
@@ -174,6 +182,42 @@ async def start_broker(app: Any, spawner_class: Any = None) -> Broker:
         broker.pool.free_count(),
     )
     return broker
+
+
+def _serve_jobs(app: Any, broker: Broker, ledger_file: str) -> JobBoard:
+    """The jobs, read back and checked against Docker's books; they start once the hub
+    runs (its proxy must route to them)."""
+
+    def rules_of(user_id: int) -> tuple[UserLimits, JobRules] | None:
+        limits = _limits_of(app, broker, user_id)
+        if limits is None:
+            return None
+        groups = {g.name for g in app.users[user_id].groups}
+        return limits, job_rules(broker.site.limits, groups)
+
+    def budget_refusal(user_id: int, limits: UserLimits) -> str | None:
+        refusal = budgets.standing_of(broker, app.db, user_id, limits).refusal(broker.clock())
+        return None if refusal is None else str(refusal)
+
+    record = JobRecord(ledger_file)
+    jobs = JobBoard(broker, Launcher(app, app.log), record, rules_of, budget_refusal, app.log)
+    jobs.recover()
+    broker.serve_jobs(jobs)
+    broker.on_stop(jobs.close)
+    start = app.start
+
+    @functools.wraps(start)
+    async def start_then_open_jobs(*args: Any, **kwargs: Any) -> Any:
+        started = await start(*args, **kwargs)
+        jobs.open()
+        return started
+
+    app.start = start_then_open_jobs
+    return jobs
+
+
+async def _jobs_tick(jobs: JobBoard, broker: Broker) -> None:
+    jobs.tick(broker.clock())
 
 
 def _process_owners(site: GPUSite) -> Owners:

@@ -12,6 +12,7 @@ ready before a start takes GPUs.
 from __future__ import annotations
 
 import asyncio
+import math
 from concurrent.futures import Future
 from typing import Any
 
@@ -25,7 +26,7 @@ from ...core.profiles import ANY_IMAGE
 from ...devices.source import GPUSource
 from ...engine import storage
 from ...engine.base import Engine
-from ...engine.docker import DockerEngine, isolate
+from ...engine.docker import LABEL_JOB, DockerEngine, isolate
 from ..refusals import failed_start
 from ..server import GPUServer
 from .liveness import DockersWord
@@ -156,6 +157,9 @@ class GPUSpawner(GPUServer, DockersWord, DockerSpawner):
                 isolated = self.isolate(kwargs, grant)
             except UnsafeContainerConfig as unsafe:
                 raise failed_start(str(unsafe), "config", 500) from None
+            if begun.job is not None:  # SIGTERM, then this long to save a checkpoint
+                isolated["stop_timeout"] = math.ceil(begun.job.grace)
+                isolated["labels"] = {**isolated["labels"], LABEL_JOB: str(begun.job.job.id)}
             return self._docker(method, *args, **isolated)
 
         # Kept until the server ends: a cancelled start must wait for this create to finish

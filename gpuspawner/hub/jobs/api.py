@@ -1,0 +1,193 @@
+"""The jobs' REST API: what JupyterLab, `gpuspawner job` and scripts speak, in JSON.
+
+    GET    /hub/api/users/NAME/gpu-jobs          NAME's jobs, newest first
+    POST   /hub/api/users/NAME/gpu-jobs          submit {"profile", "notebook"} or
+                                                 {"profile", "script", "args"}: 201, or 400
+                                                 with what to fix (nothing is held)
+    GET    /hub/api/users/NAME/gpu-jobs/ID       one job
+    DELETE /hub/api/users/NAME/gpu-jobs/ID       cancel it (outputs kept)
+    GET    /hub/api/gpu-jobs                     every unfinished job (custom:gpus:read)
+    POST   /hub/api/users/NAME/servers/job-ID/gpu-job   the runner's progress report
+
+Who may: a user's own jobs need what their servers need — `read:servers` to
+read, `servers` to submit and cancel, for that user (a person's session holds
+both; a notebook server's own token holds neither unless the admin adds
+"servers!user" to `c.Spawner.server_token_scopes`). Another user's jobs are
+403 whether or not they exist. A report needs `access:servers` on the job's
+own server, which exactly its own token holds.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+from jupyterhub.apihandlers.base import APIHandler
+from jupyterhub.scopes import has_scope, needs_scope
+from jupyterhub.utils import url_escape_path, url_path_join
+from tornado import web
+
+from ...core.jobs import SERVER_PREFIX, InvalidJob, JobState, outputs_of, parse_submission
+from ...records.jobs import Job
+from .. import access
+from ..broker import Broker
+from .board import JobBoard
+
+REPORT_STATES = ("running", "done", "failed", "stopped")
+TAIL_LINES, LINE_CHARS, ERROR_CHARS = 20, 500, 4000
+
+
+def board() -> JobBoard:
+    jobs = Broker.current().jobs
+    if not isinstance(jobs, JobBoard):
+        raise web.HTTPError(503, "This hub does not run jobs")
+    return jobs
+
+
+class JobsHandler(APIHandler):
+    def _owner(self, user_name: str) -> Any:
+        user = self.find_user(user_name)
+        if user is None:
+            raise web.HTTPError(404, f"No such user: {user_name}")
+        return user
+
+    def _job(self, user: Any, job_id: str) -> Job:
+        job = board().job(int(job_id))
+        if job is None or job.user_id != user.id:
+            raise web.HTTPError(404, f"{user.name} has no job {job_id}")
+        return job
+
+    def _answer(self, body: Any, status: int = 200) -> None:
+        self.set_status(status)
+        self.set_header("Content-Type", "application/json")
+        self.set_header("Cache-Control", "no-store")
+        self.write(json.dumps(body))
+
+    def as_json(self, job: Job) -> dict[str, Any]:
+        jobs = board()
+        user_url = url_path_join(self.base_url, "user", url_escape_path(job.user))
+        return {
+            "id": job.id,
+            "server": job.server,
+            "user": job.user,
+            **job.spec.as_json(),
+            "state": str(job.state),
+            "place": jobs.place_of(job) if job.state is JobState.WAITING else None,
+            "submitted": _iso(job.submitted),
+            "started": _iso(job.started),
+            "ended": _iso(job.ended),
+            "attempts": job.attempts,
+            "preemptions": job.preemptions,
+            "gpus": list(job.gpus),
+            "progress": dict(job.progress),
+            "reason": job.reason,
+            "outputs": outputs_of(job.id),
+            "url": url_path_join(user_url, job.server, "/")
+            if job.state is JobState.RUNNING
+            else None,
+        }
+
+
+class UserJobsHandler(JobsHandler):
+    @needs_scope("read:servers")
+    def get(self, user_name: str) -> None:
+        user = self._owner(user_name)
+        self._answer({"jobs": [self.as_json(j) for j in board().jobs_of(user.id)]})
+
+    @needs_scope("servers")
+    def post(self, user_name: str) -> None:
+        user = self._owner(user_name)
+        if not self.allow_named_servers:
+            raise web.HTTPError(
+                400,
+                "Jobs run as named servers: the admin must set "
+                "c.JupyterHub.allow_named_servers = True",
+            )
+        try:
+            job = board().submit(user.id, user.name, parse_submission(self.get_json_body()))
+        except InvalidJob as invalid:
+            raise web.HTTPError(400, str(invalid)) from None
+        self._answer(self.as_json(job), 201)
+
+
+class UserJobHandler(JobsHandler):
+    @needs_scope("read:servers")
+    def get(self, user_name: str, job_id: str) -> None:
+        self._answer(self.as_json(self._job(self._owner(user_name), job_id)))
+
+    @needs_scope("servers")
+    def delete(self, user_name: str, job_id: str) -> None:
+        job = self._job(self._owner(user_name), job_id)
+        if job.final:
+            raise web.HTTPError(409, f"Job {job_id} has already ended ({job.state})")
+        self._answer(self.as_json(board().cancel(job)))
+
+
+class AllJobsHandler(JobsHandler):
+    def get(self) -> None:
+        access.require(self, access.READ)
+        self._answer({"jobs": [self.as_json(j) for j in board().unfinished()]})
+
+
+class ReportHandler(JobsHandler):
+    """The runner inside a job's container says how its run goes."""
+
+    def post(self, user_name: str, server: str) -> None:
+        if self.current_user is None:
+            raise web.HTTPError(403, "Missing or invalid credentials.")
+        named = f"{user_name}/{server}"
+        if not has_scope(f"access:servers!server={named}", self.parsed_scopes, db=self.db):
+            raise web.HTTPError(403, f"This token may not report for server {named}.")
+        user = self._owner(user_name)
+        job = board().job(int(server.removeprefix(SERVER_PREFIX)))
+        if job is None or job.user_id != user.id or job.server != server:
+            raise web.HTTPError(404, f"{named} is not a job")
+        progress = _report(self.get_json_body())
+        if progress.get("attempt") != job.attempts:
+            raise web.HTTPError(409, f"Attempt {job.attempts} of this job runs now")
+        self._answer(self.as_json(board().report(job, progress)))
+
+
+def _report(body: Any) -> dict[str, Any]:
+    """A report, checked and trimmed to what the pages show."""
+    if not isinstance(body, dict) or body.get("state") not in REPORT_STATES:
+        raise web.HTTPError(400, f'A report is JSON with "state" one of {", ".join(REPORT_STATES)}')
+    cells = body.get("cells")
+    if cells is not None and not (
+        isinstance(cells, dict)
+        and all(isinstance(cells.get(k), int) and cells[k] >= 0 for k in ("done", "total"))
+    ):
+        raise web.HTTPError(400, '"cells" must be {"done": n, "total": m}')
+    tail = body.get("tail") or []
+    if not isinstance(tail, list) or not all(isinstance(line, str) for line in tail):
+        raise web.HTTPError(400, '"tail" must be a list of lines')
+    error, output = body.get("error"), body.get("output")
+    return {
+        "state": body["state"],
+        "attempt": body.get("attempt"),
+        "cells": {"done": cells["done"], "total": cells["total"]} if cells else None,
+        "tail": [line[:LINE_CHARS] for line in tail[-TAIL_LINES:]],
+        "error": error[:ERROR_CHARS] if isinstance(error, str) else None,
+        "output": output[:LINE_CHARS] if isinstance(output, str) else None,
+    }
+
+
+def _iso(moment: float | None) -> str | None:
+    if moment is None:
+        return None
+    return datetime.fromtimestamp(moment, UTC).isoformat().replace("+00:00", "Z")
+
+
+def handlers(hub_prefix: str) -> list[tuple[str, type]]:
+    user = url_path_join(hub_prefix, "api/users/([^/]+)")
+    return [
+        (url_path_join(hub_prefix, "api/gpu-jobs"), AllJobsHandler),
+        (f"{user}/gpu-jobs", UserJobsHandler),
+        (rf"{user}/gpu-jobs/(\d+)", UserJobHandler),
+        (rf"{user}/servers/({SERVER_PREFIX}\d+)/gpu-job", ReportHandler),
+    ]
+
+
+def install(app: Any) -> None:
+    app.tornado_application.add_handlers(".*$", handlers(app.hub_prefix))

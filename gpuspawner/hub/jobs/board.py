@@ -1,0 +1,421 @@
+"""The hub's jobs: submitted, dispatched onto free GPUs, made to give way, ended.
+
+People come first. A job starts only on GPUs that no person's waiting start
+could use, in its own order (its group's `job_priority`, then its user's
+recent GPU-hours, then submission: the waiting line's rule); a smaller job
+behind a larger one that does not fit starts (backfill). When a person's
+start waits for want of GPUs and jobs hold GPUs it could use, the jobs the
+core's rule picks (`core.give_way`) are stopped with SIGTERM and their
+group's grace, and wait again; the person's start gets the GPUs from the
+line once Docker confirms the jobs' containers gone.
+
+The board acts on events, never on a timer of its own: a submission, the
+line's pass (after every release, start and monitor tick), a job's
+report, its server's end, and the monitor's tick (max_runtime).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ...core.give_way import RunningJob, giving_way
+from ...core.job_rules import JobRules
+from ...core.jobs import Event, InvalidJob, JobSpec, JobState, server_of, step
+from ...core.limits import LimitExceeded, UserLimits
+from ...core.line import Waiting, in_order
+from ...core.placement import NotEnoughGPUs
+from ...core.pool import Grant, Holder
+from ...core.profiles import Profile
+from ...core.units import Request
+from ...core.words import DEFAULT_GROUP, server_name
+from ...records.jobs import Job, JobRecord
+from ..broker import Broker
+from . import words
+from .launch import Launcher
+
+Rules = Callable[[int], tuple[UserLimits, JobRules] | None]  # a user's, by id (None: gone)
+Budget = Callable[[int, UserLimits], str | None]  # why a user may not use GPUs now
+
+
+@dataclass(frozen=True)
+class Launch:
+    """A job's start under way: what its server's spawner reads as it starts."""
+
+    job: Job
+    grant: Grant
+    grace: float  # seconds from SIGTERM to SIGKILL (the container's stop timeout)
+
+
+class JobBoard:
+    def __init__(
+        self,
+        broker: Broker,
+        launcher: Launcher,
+        record: JobRecord,
+        rules_of: Rules,
+        budget_refusal: Budget,
+        log: logging.Logger,
+    ) -> None:
+        self.broker, self.launcher, self.record, self.log = broker, launcher, record, log
+        self.rules_of, self.budget_refusal = rules_of, budget_refusal
+        self._jobs: dict[int, Job] = {job.id: job for job in record.unfinished()}
+        self._launching: dict[int, Launch] = {}  # by server id, until its spawner takes it
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._open = False  # jobs start only once the hub runs (its proxy routes to them)
+
+    def open(self) -> None:
+        """The hub runs: start what waits."""
+        self._open = True
+        self.line_ran()
+
+    # --- what others read ---------------------------------------------------------------
+    def jobs_of(self, user_id: int, limit: int = 100) -> list[Job]:
+        return self.record.of_user(user_id, limit)
+
+    def job(self, job_id: int) -> Job | None:
+        return self._jobs.get(job_id) or self.record.get(job_id)
+
+    def unfinished(self) -> list[Job]:
+        return sorted(self._jobs.values(), key=lambda j: j.id)
+
+    def launching(self, server_id: int) -> Launch | None:
+        """The job a starting server runs, for its spawner; None for a person's server."""
+        return self._launching.pop(server_id, None)
+
+    def is_job(self, user_id: int, server: str) -> bool:
+        job = self._by_server(user_id, server)
+        return job is not None
+
+    def place_of(self, job: Job) -> int:
+        """A waiting job's place among the waiting jobs (1: next)."""
+        waiting = self._in_order([j for j in self._jobs.values() if j.state is JobState.WAITING])
+        return next((i for i, j in enumerate(waiting, 1) if j.id == job.id), 0)
+
+    # --- a user's acts --------------------------------------------------------------------
+    def submit(self, user_id: int, user: str, spec: JobSpec) -> Job:
+        """Write a job down and start it if GPUs are free; InvalidJob (what to fix) where
+        it cannot be, holding nothing."""
+        limits, rules = self._rules(user_id)
+        profile = self._profile(spec.profile, limits)
+        theirs = [j for j in self._jobs.values() if j.user_id == user_id]
+        most = rules.max_jobs
+        if most.value is not None and len(theirs) >= most.value:
+            raise InvalidJob(words.too_many(len(theirs), most))
+        refusal = self.budget_refusal(user_id, limits)
+        if refusal is not None:
+            raise InvalidJob(refusal)
+        request = limits.request_for(profile)
+        if self.broker.pool.on_one_machine(request) < request.count:
+            raise InvalidJob(words.never_fits(profile, request))
+        job = self.record.add(user_id, user, spec, self.broker.clock())
+        self._jobs[job.id] = job
+        self.log.info("gpuspawner: %s submitted %s (%s)", user, job.server, spec.path)
+        self.dispatch()
+        return self._jobs.get(job.id, job)
+
+    def cancel(self, job: Job) -> Job:
+        now = self.broker.clock()
+        ended = self._event(job, Event.CANCEL, reason=words.cancelled(now), ended=now)
+        if job.state in (JobState.RUNNING, JobState.GIVING_WAY):
+            self._spawn(self._stop(ended))
+        return ended
+
+    def report(self, job: Job, progress: Mapping[str, Any]) -> Job:
+        """The runner's word from inside the job's container."""
+        job = self._save(job.but(progress=dict(progress)))
+        state = progress.get("state")
+        if state == "done":
+            return self._finish(job, Event.FINISHED, words.finished())
+        if state == "failed":
+            return self._finish(job, Event.BROKE, words.broke(progress.get("error")))
+        return job
+
+    # --- events from the broker and the monitor -------------------------------------------
+    def line_ran(self) -> None:
+        """The line moved (a release, a start, a monitor tick): make jobs give way to people
+        who wait, then fill what is free."""
+        if not self._open:
+            return
+        try:
+            self._make_way()
+            self.dispatch()
+        except Exception:
+            self.log.exception("gpuspawner: the jobs' pass failed")
+
+    def released(self, grant: Grant) -> None:
+        """Docker confirmed a server's container gone: if a job's, it ended or gave way."""
+        job = self._by_server(grant.holder.user_id, grant.holder.server)
+        if job is None:
+            return
+        now = self.broker.clock()
+        if job.state is JobState.GIVING_WAY:
+            self._event(job, Event.ENDED, ended=None, preemptions=job.preemptions + 1)
+            self.log.info("gpuspawner: %s gave way and waits again", job.server)
+        else:
+            self._event(job, Event.ENDED, reason=words.ended_unreported(), ended=now)
+
+    def tick(self, now: float) -> None:
+        """Each monitor tick: a job past its max_runtime is stopped, its outputs kept."""
+        for job in list(self._jobs.values()):
+            if job.state is not JobState.RUNNING or job.started is None:
+                continue
+            limits_rules = self.rules_of(job.user_id)
+            limit = limits_rules[1].max_runtime if limits_rules else None
+            if limit is None or limit.value is None or now - job.started < limit.value:
+                continue
+            self._finish(job, Event.OVER_RUNTIME, words.over_runtime(limit))
+
+    # --- dispatch --------------------------------------------------------------------------
+    def dispatch(self) -> None:
+        """Start every waiting job that fits on GPUs no person waits for, in the jobs' order."""
+        waiting = [j for j in self._jobs.values() if j.state is JobState.WAITING]
+        if not waiting or not self._open:
+            return
+        people = self._people_short_of_gpus()
+        for job in self._in_order(waiting):
+            found = self.rules_of(job.user_id)
+            if found is None:
+                self._event(job, Event.CANCEL, reason=words.user_gone(), ended=self.broker.clock())
+                continue
+            limits, rules = found
+            try:
+                profile = self._profile(job.spec.profile, limits)
+            except InvalidJob as invalid:
+                self._event(job, Event.CANCEL, reason=str(invalid), ended=self.broker.clock())
+                continue
+            request = limits.request_for(profile)
+            if any(self._compete(request, person) for person in people):
+                continue  # people first
+            self._try_start(job, request, limits, rules)
+
+    def _try_start(self, job: Job, request: Request, limits: UserLimits, rules: JobRules) -> None:
+        if self.budget_refusal(job.user_id, limits) is not None:
+            return  # it waits for the budget's window to move on
+        server_id = self.launcher.server_id(job.user_id, job.server)
+        holder = Holder(server_id, job.user_id, job.user, job.server)
+        try:
+            grant = self.broker.take_now(holder, request, limits.admit)
+        except (NotEnoughGPUs, LimitExceeded):
+            return  # later: what is free now does not fit it, or its user holds enough
+        now = self.broker.clock()
+        started = self._event(
+            job,
+            Event.DISPATCHED,
+            started=now,
+            attempts=job.attempts + 1,
+            gpus=tuple(grant.uuids),
+            reason="",
+        )
+        self._launching[server_id] = Launch(started, grant, rules.preempt_grace)
+        self.log.info("gpuspawner: %s starts on %s", job.server, ", ".join(grant.ids))
+        self._spawn(self._start(started, server_id, {"profile": job.spec.profile}))
+
+    async def _start(self, job: Job, server_id: int, options: dict[str, Any]) -> None:
+        try:
+            await self.launcher.start(job.user_id, job.server, options)
+        except Exception as error:
+            self.log.warning("gpuspawner: %s did not start: %s", job.server, error)
+            if self._launching.pop(server_id, None) is not None:  # its spawner never took it
+                self.broker.release_when_gone(server_id)
+            now = self.broker.clock()
+            self._event(job, Event.START_FAILED, reason=words.start_failed(error), ended=now)
+            return
+        current = self._jobs.get(job.id)
+        if current is None or current.state is not JobState.STARTING:
+            await self.launcher.stop(job.user_id, job.server)  # cancelled or ended meanwhile
+            return
+        self._event(current, Event.UP)
+
+    # --- giving way -----------------------------------------------------------------------
+    def _make_way(self) -> None:
+        """For each person's start short of GPUs, in line order, the jobs that give way."""
+        freed: frozenset[str] = frozenset()
+        for grant in self.broker.pool.grants():
+            if grant.stopping:
+                freed |= frozenset(u.id for u in grant.units)
+        for entry in self._people_short_of_gpus():
+            found = self.rules_of(entry.holder.user_id)
+            if found is None or not found[1].preempts:
+                continue
+            if self.broker.pool.fits_if_freed(entry.request, freed):
+                continue  # what is already freeing up will do
+            chosen = giving_way(
+                self._running_jobs(),
+                self._fits_with(entry.request, freed),
+                self.broker.clock(),
+                entry.holder.user_id,
+            )
+            for victim in chosen:
+                job = self._jobs[victim.key]
+                self._give_way(job, entry.holder)
+                freed |= victim.units
+
+    def _fits_with(
+        self, request: Request, freed: frozenset[str]
+    ) -> Callable[[frozenset[str]], bool]:
+        return lambda more: self.broker.pool.fits_if_freed(request, freed | more)
+
+    def _give_way(self, job: Job, to: Holder) -> None:
+        now = self.broker.clock()
+        reason = words.gave_way(server_name(to.user, to.server), now)
+        stopping = self._event(job, Event.GIVE_WAY, reason=reason)
+        self.log.warning(
+            "gpuspawner: %s gives way to %s", job.server, server_name(to.user, to.server)
+        )
+        self._spawn(self._stop(stopping))
+
+    def _running_jobs(self) -> list[RunningJob]:
+        running = []
+        for job in self._jobs.values():
+            grant = self._grant_of(job)
+            found = self.rules_of(job.user_id)
+            if job.state is not JobState.RUNNING or grant is None or found is None:
+                continue
+            rules = found[1]
+            running.append(
+                RunningJob(
+                    job.id,
+                    job.user_id,
+                    frozenset(u.id for u in grant.units),
+                    rules.priority,
+                    job.started or 0.0,
+                    rules.min_runtime,
+                    rules.give_way,
+                    job.preemptions,
+                    rules.max_preemptions,
+                )
+            )
+        return running
+
+    # --- helpers ---------------------------------------------------------------------------
+    def _finish(self, job: Job, event: Event, reason: str) -> Job:
+        ended = self._event(job, event, reason=reason, ended=self.broker.clock())
+        if ended.final:
+            self.log.info("gpuspawner: %s %s: %s", job.server, ended.state, reason)
+            self._spawn(self._stop(ended))
+        return ended
+
+    async def _stop(self, job: Job) -> None:
+        try:
+            await self.launcher.stop(job.user_id, job.server)
+        except Exception:
+            self.log.exception("gpuspawner: stopping %s failed", job.server)
+
+    def _event(self, job: Job, event: Event, **changes: Any) -> Job:
+        """Apply `event` (and `changes`, only where it moves the job) and write it down."""
+        state = step(job.state, event)
+        if state is None:
+            return job
+        return self._save(job.but(state=state, **changes))
+
+    def _save(self, job: Job) -> Job:
+        self.record.save(job)
+        if job.final:
+            self._jobs.pop(job.id, None)
+        else:
+            self._jobs[job.id] = job
+        return job
+
+    def _by_server(self, user_id: int, server: str) -> Job | None:
+        return next(
+            (j for j in self._jobs.values() if j.user_id == user_id and j.server == server),
+            None,
+        )
+
+    def _grant_of(self, job: Job) -> Grant | None:
+        for grant in self.broker.pool.grants():
+            holder = grant.holder
+            if holder.user_id == job.user_id and holder.server == job.server and not grant.stopping:
+                return grant
+        return None
+
+    def _rules(self, user_id: int) -> tuple[UserLimits, JobRules]:
+        found = self.rules_of(user_id)
+        if found is None:
+            raise InvalidJob("No such user")
+        return found
+
+    def _profile(self, slug: str, limits: UserLimits) -> Profile:
+        profile = next((p for p in self.broker.site.profiles if p.slug == slug), None)
+        if profile is None:
+            known = ", ".join(p.slug for p in self.broker.site.profiles if p.request.kind)
+            raise InvalidJob(f"No profile {slug!r}; GPU profiles are: {known}")
+        if profile.request.kind is None:
+            raise InvalidJob(words.not_a_gpu_profile(profile))
+        if not limits.may_pick(slug):
+            allowed = ", ".join(sorted(limits.profiles.value or ()))
+            raise InvalidJob(
+                f"Profile {slug!r} is not available to you (group {limits.profiles.group} "
+                f"may pick: {allowed})"
+            )
+        return profile
+
+    def _people_short_of_gpus(self) -> list[Any]:
+        """People's starts in the line that wait for want of free GPUs, in line order (a
+        start that may not wait, max_wait 0, is refused before a job could give way)."""
+        line = self.broker.line
+        entries = [line.entry(key) for key in line.order()]
+        return [
+            e
+            for e in entries
+            if e is not None and e.waiting.patient and isinstance(e.blocked, NotEnoughGPUs)
+        ]
+
+    def _compete(self, request: Request, entry: Any) -> bool:
+        units = self.broker.pool.units
+        return any(request.matches(u) and entry.request.matches(u) for u in units)
+
+    def _in_order(self, jobs: list[Job]) -> list[Job]:
+        recent = self.broker.line.recent_use_now()
+        priority = {
+            j.user_id: (found[1].priority if (found := self.rules_of(j.user_id)) else 0)
+            for j in jobs
+        }
+        waiting = {
+            j.id: Waiting(j.id, j.user_id, DEFAULT_GROUP, priority[j.user_id], 0.0, j.submitted)
+            for j in jobs
+        }
+        ordered = in_order(list(waiting.values()), recent)
+        by_id = {j.id: j for j in jobs}
+        return [by_id[w.key] for w in ordered]
+
+    def _spawn(self, work: Any) -> None:
+        task = asyncio.ensure_future(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # --- at hub start -------------------------------------------------------------------------
+    def recover(self) -> None:
+        """After a restart: a job whose server runs on (Docker's books) runs on; one that
+        ended while the hub was away ended (or, giving way, waits again)."""
+        now = time.time()
+        for job in list(self._jobs.values()):
+            if job.state is JobState.WAITING:
+                continue
+            grant = self._grant_of(job)
+            if grant is not None:
+                if job.state is JobState.STARTING:
+                    self._event(job, Event.UP)
+                elif job.state is JobState.GIVING_WAY:
+                    self._spawn(self._stop(job))
+                continue
+            if job.state is JobState.GIVING_WAY:
+                self._event(job, Event.ENDED, preemptions=job.preemptions + 1)
+            else:
+                self._event(job, Event.ENDED, reason=words.ended_while_away(), ended=now)
+        self.log.info(
+            "gpuspawner: %d job(s) waiting, %d running",
+            sum(j.state is JobState.WAITING for j in self._jobs.values()),
+            sum(j.state is JobState.RUNNING for j in self._jobs.values()),
+        )
+
+    def close(self) -> None:
+        self.record.close()
+
+
+__all__ = ["JobBoard", "Launch", "server_of"]

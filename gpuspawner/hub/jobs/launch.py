@@ -1,0 +1,69 @@
+"""Starting and stopping a job's server from inside the hub, without a person's request.
+
+JupyterHub starts servers from request handlers (`spawn_single_user`): they
+create the server's record, spawn it, add its route to the proxy and watch
+for it to die. A job starts when GPUs free up, long after its submission's
+request ended, so this does those steps the same way for one server: the
+route once the server is up, a stop (route first, as the hub's own poll
+does) when its container ends by itself.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+Ended = Callable[[Any, str], Awaitable[None]]  # (user, server) whose container ended by itself
+
+
+class Launcher:
+    def __init__(self, app: Any, log: logging.Logger) -> None:
+        self.app, self.log = app, log
+
+    def user(self, user_id: int) -> Any:
+        """The hub's user by id, or KeyError (deleted meanwhile)."""
+        return self.app.users[user_id]
+
+    def server_id(self, user_id: int, server: str) -> int:
+        """The id of the user's named server `server`, made if it does not exist yet: a
+        job's GPUs are taken for it before it starts."""
+        user = self.user(user_id)
+        orm_spawner = user.orm_spawners.get(server)
+        if orm_spawner is None:
+            orm_spawner = user._new_orm_spawner(server, server)
+        return int(orm_spawner.id)
+
+    async def start(self, user_id: int, server: str, options: dict[str, Any]) -> None:
+        """Start the server and route to it; what the start raised, if it failed."""
+        user = self.user(user_id)
+        spawner = user.get_or_create_spawner(server, server, replace_failed=True)
+        spawner._spawn_pending = True
+        try:
+            await user.spawn(server, server, options)
+            spawner._proxy_pending = True
+            try:
+                await self.app.proxy.add_user(user, server)
+            except Exception:
+                self.log.exception("gpuspawner: could not route to %s; stopping it", server)
+                await user.stop(server)
+                raise
+            finally:
+                spawner._proxy_pending = False
+            spawner.add_poll_callback(self._ended_by_itself, user, server)
+        finally:
+            spawner._spawn_pending = False
+
+    async def stop(self, user_id: int, server: str) -> None:
+        """Stop the server if it runs (the hub's own stop: the container goes, its GPUs come
+        back once Docker confirms it). One still starting is stopped once up (`board`)."""
+        user = self.user(user_id)
+        spawner = user.spawners.get(server)
+        if spawner is not None and spawner.ready:
+            await self.app.proxy.delete_user(user, server)
+            await user.stop(server)
+
+    async def _ended_by_itself(self, user: Any, server: str) -> None:
+        self.log.info("gpuspawner: %s's %s ended by itself", user.name, server)
+        await self.app.proxy.delete_user(user, server)
+        await user.stop(server)
