@@ -4,6 +4,9 @@ Two halves, installed together by pip into the notebook image: a prebuilt
 JupyterLab extension (src/, built into labextension/) that shows the lease, and
 a Jupyter server extension (handlers.py) that fetches it from the hub with the
 server's own token, which the browser never sees.
+
+Beside them, the `gpuspawner-job` command (job.py): in a job's container it runs the job's
+notebook or script next to the server and reports its progress to the hub.
 """
 
 from __future__ import annotations
