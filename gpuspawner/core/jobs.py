@@ -23,7 +23,10 @@ NOTEBOOK_SUFFIX = ".ipynb"
 MAX_PATH = 1024
 MAX_ARGS = 64
 OUTPUTS = "jobs"  # the folder of each job's outputs, in the user's home: jobs/job-7/
-SERVER_PREFIX = "job-"  # a job's server is the user's named server "job-<id>"
+SERVER_PREFIX = "job-"
+# After its final report, a job's server waits this long for the hub's stop, so that a run
+# shorter than the server's start still ends as the hub expects (by its stop).
+LINGER = 600  # a job's server is the user's named server "job-<id>"
 
 
 class JobState(StrEnum):
@@ -109,7 +112,13 @@ class JobSpec:
             if self.notebook
             else {"script": self.script, "args": list(self.args)}
         )
-        return {"id": server_of(job_id), **what, "outputs": outputs_of(job_id), "attempt": attempt}
+        return {
+            "id": server_of(job_id),
+            **what,
+            "outputs": outputs_of(job_id),
+            "attempt": attempt,
+            "linger": LINGER,
+        }
 
     def as_json(self) -> dict[str, Any]:
         body: dict[str, Any] = {"profile": self.profile}

@@ -317,7 +317,8 @@ class GPUServer(GPUSettings, EngineSpawner):
         self.current_start = None
         self.reserved.clear()
         self.idle_limit = None
-        self._release_when_gone(container_id, creating)
+        if not self.books_call(lambda broker: _job_about_to_start(broker, self.orm_spawner.id)):
+            self._release_when_gone(container_id, creating)
 
     async def stop(self, now: bool = False) -> None:
         self._note_idle_cull()
@@ -398,6 +399,13 @@ class GPUServer(GPUSettings, EngineSpawner):
             return call(Broker.current())
         except BrokerNotRunning:
             return None
+
+
+def _job_about_to_start(broker: Broker, server_id: int) -> bool:
+    """JupyterHub clears a server's state as its spawn begins: a job's GPUs, taken as it was
+    dispatched, are for the start that follows, not a leftover to release."""
+    jobs = broker.jobs
+    return jobs is not None and jobs.awaiting_start(server_id)
 
 
 if "jupyterhub.app" in sys.modules:  # loaded by a hub: start the broker before any spawn

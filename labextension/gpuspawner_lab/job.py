@@ -116,6 +116,16 @@ class Job:
         return str(PurePosixPath(self.outputs, name))
 
 
+def linger_in(text: str) -> float:
+    """How long the server stays up after a final report the hub took, waiting for the
+    hub's stop (the spec's "linger", seconds; 0 or none: it ends at once)."""
+    try:
+        linger = json.loads(text).get("linger", 0)
+    except (ValueError, AttributeError):
+        return 0.0
+    return float(linger) if isinstance(linger, int | float) and linger > 0 else 0.0
+
+
 def attempt_in(text: str) -> int:
     """The attempt a spec that does not parse still names, for its failure's report."""
     try:
@@ -147,7 +157,8 @@ class Hub:
         path = f"users/{quote(user, safe='')}/servers/{quote(server, safe='')}/gpu-job"
         return cls(f"{api.rstrip('/')}/{path}", token)
 
-    def tell(self, report: dict[str, Any]) -> None:
+    def tell(self, report: dict[str, Any]) -> bool:
+        """Whether the hub took the report."""
         request = urllib.request.Request(
             self.url,
             data=json.dumps(report).encode(),
@@ -156,9 +167,10 @@ class Hub:
         )
         try:
             with self.opener.open(request, timeout=HUB_TIMEOUT_SECONDS):
-                pass
+                return True
         except (OSError, http.client.HTTPException) as error:
             say(f"the hub did not take the {report['state']!r} report: {error}")
+            return False
 
 
 @dataclass
@@ -171,18 +183,18 @@ class Progress:
     cells: dict[str, int] | None = None
     tail: deque[str] = field(default_factory=lambda: deque(maxlen=TAIL_LINES))
 
-    def report(self, state: State, error: str | None = None) -> None:
-        if self.hub is not None:
-            self.hub.tell(
-                {
-                    "state": state,
-                    "attempt": self.attempt,
-                    "cells": dict(self.cells) if self.cells is not None else None,
-                    "tail": list(self.tail),
-                    "error": error,
-                    "output": self.output,
-                }
-            )
+    def report(self, state: State, error: str | None = None) -> bool:
+        """Whether the hub took it (False without a hub)."""
+        return self.hub is not None and self.hub.tell(
+            {
+                "state": state,
+                "attempt": self.attempt,
+                "cells": dict(self.cells) if self.cells is not None else None,
+                "tail": list(self.tail),
+                "error": error,
+                "output": self.output,
+            }
+        )
 
 
 class Log:
@@ -208,6 +220,7 @@ class Stop:
     """
 
     def __init__(self) -> None:
+        self.came = threading.Event()
         self.requested = False
         self.group: int | None = None
         self.forwarded = False
@@ -216,6 +229,7 @@ class Stop:
         if not self.requested:
             say("SIGTERM: passing it on to the job, then saving what ran")
         self.requested = True
+        self.came.set()
         self._forward()
 
     def watch(self, group: int | None) -> None:
@@ -389,14 +403,14 @@ def pump(stream: IO[str], lines: queue.Queue[str | None]) -> None:
     lines.put(None)
 
 
-def run(spec: str, hub: Hub | None, stop: Stop) -> State:
-    """The whole job: check it, make its outputs folder, run it, keep what ran, report."""
+def run(spec: str, hub: Hub | None, stop: Stop) -> tuple[State, bool]:
+    """The whole job: check it, make its outputs folder, run it, keep what ran, report; and
+    whether the hub took the last report."""
     try:
         job = Job.parse(spec)
     except JobError as refused:
         say(str(refused))
-        Progress(hub, attempt_in(spec), None).report("failed", str(refused))
-        return "failed"
+        return "failed", Progress(hub, attempt_in(spec), None).report("failed", str(refused))
     progress = Progress(hub, job.attempt, job.output)
     try:
         Path(job.outputs).mkdir(parents=True, exist_ok=True)
@@ -404,8 +418,8 @@ def run(spec: str, hub: Hub | None, stop: Stop) -> State:
     except OSError as unwritable:
         say(f"cannot write to {job.outputs}: {unwritable}")
         progress.output = None
-        progress.report("failed", f"cannot write to {job.outputs}: {unwritable.strerror}")
-        return "failed"
+        why = f"cannot write to {job.outputs}: {unwritable.strerror}"
+        return "failed", progress.report("failed", why)
     log.write(f"attempt {job.attempt} started at {now()}")
     error: str | None
     try:
@@ -421,8 +435,7 @@ def run(spec: str, hub: Hub | None, stop: Stop) -> State:
     log.write(f"attempt {job.attempt} {state} at {now()}" + (f": {error}" if error else ""))
     log.close()
     say(f"job {job.id} {state}" + (f": {error}" if error else ""))
-    progress.report(state, error)
-    return state
+    return state, progress.report(state, error)
 
 
 class Singleuser:
@@ -467,7 +480,10 @@ def main(argv: list[str] | None = None) -> None:
     stop = Stop()
     signal.signal(signal.SIGTERM, stop.on_sigterm)
     server = Singleuser(sys.argv[1:] if argv is None else argv)
-    state = run(os.environ.get("GPUSPAWNER_JOB", ""), Hub.from_environ(os.environ), stop)
+    state, told = run(os.environ.get("GPUSPAWNER_JOB", ""), Hub.from_environ(os.environ), stop)
+    linger = linger_in(os.environ.get("GPUSPAWNER_JOB", ""))
+    if told and linger:  # the hub ends the server (a run shorter than the server's start
+        stop.came.wait(linger)  # is seen all the same); this long at most, then it ends here
     server.stop()
     sys.exit(EXIT_CODES[state])
 

@@ -74,6 +74,7 @@ def test_the_runner_is_told_the_job_and_where_its_outputs_go():
         "args": ["-v"],
         "outputs": "jobs/job-7",
         "attempt": 2,
+        "linger": 600,
     }
 
 

@@ -87,6 +87,10 @@ class JobBoard:
         """The job a starting server runs, for its spawner; None for a person's server."""
         return self._launching.pop(server_id, None)
 
+    def awaiting_start(self, server_id: int) -> bool:
+        """Whether a job's GPUs wait for this server's start to take them."""
+        return server_id in self._launching
+
     def is_job(self, user_id: int, server: str) -> bool:
         job = self._by_server(user_id, server)
         return job is not None
@@ -295,7 +299,7 @@ class JobBoard:
     # --- helpers ---------------------------------------------------------------------------
     def _finish(self, job: Job, event: Event, reason: str) -> Job:
         ended = self._event(job, event, reason=reason, ended=self.broker.clock())
-        if ended.final:
+        if ended.final and ended is not job:
             self.log.info("gpuspawner: %s %s: %s", job.server, ended.state, reason)
             self._spawn(self._stop(ended))
         return ended
