@@ -109,7 +109,7 @@ def parse_limits(
         elif key in JOB_COUNT_KEYS:
             values[key] = _whole(value, f"{where}[{key!r}]")
         elif key in JOB_SECONDS_KEYS:
-            values[key] = _job_seconds(value, f"{where}[{key!r}]")
+            values[key] = _wait(value, f"{where}[{key!r}]", zero="")
         elif key == "job_priority":
             values[key] = _priority(value, f"{where}[{key!r}]")
         elif key == "nodes":
@@ -145,10 +145,11 @@ def _seconds(value: Any, where: str) -> float:
     return float(value)
 
 
-def _wait(value: Any, where: str) -> float:
+def _wait(value: Any, where: str, zero: str = "0: no waiting; ") -> float:
+    """Seconds ≥ 0; `zero` says what 0 means for this key."""
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= A_DECADE:
         raise LimitsConfigError(
-            f"c.GPUSpawner.{where} must be a number of seconds ≥ 0 (0: no waiting; at most ten "
+            f"c.GPUSpawner.{where} must be a number of seconds ≥ 0 ({zero}at most ten "
             f"years), got {value!r}"
         )
     return float(value)
@@ -179,15 +180,6 @@ def _places(value: Any, where: str) -> int:
             f"1 per GPU they may still take, got {value!r}"
         )
     return value
-
-
-def _job_seconds(value: Any, where: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= A_DECADE:
-        raise LimitsConfigError(
-            f"c.GPUSpawner.{where} must be a number of seconds ≥ 0 (at most ten years) or None, "
-            f"got {value!r}"
-        )
-    return float(value)
 
 
 def _whole(value: Any, where: str) -> int:

@@ -75,6 +75,13 @@ def duration(seconds: float) -> str:
     return f"{hours} h {minutes} min" if hours else f"{minutes} min"
 
 
+def iso_utc(moment: float | None) -> str | None:
+    """ "2026-12-03T20:15:08Z": a moment in the JSON that scripts read."""
+    if moment is None:
+        return None
+    return datetime.fromtimestamp(moment, UTC).isoformat().replace("+00:00", "Z")
+
+
 def at_clock(moment: float, now: float) -> str:
     """ "18:00 UTC", with the date when it is not within the next day: when something happens."""
     when = datetime.fromtimestamp(moment, UTC)

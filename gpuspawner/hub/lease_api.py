@@ -28,7 +28,7 @@ from tornado import web
 
 from ..core.lease import Lease, lease
 from ..core.profiles import InvalidUserOptions, choose_profile
-from ..core.words import duration
+from ..core.words import duration, iso_utc
 from .broker import Broker
 
 SCOPE = "access:servers"
@@ -94,15 +94,15 @@ def lease_of(spawner: Any, broker: Broker) -> dict[str, Any]:
                 "key": d.key,
                 "seconds": d.limit,
                 "group": d.group,
-                "stops_at": _iso(d.stops_at),
-                "warn_at": _iso(d.warn_at),
+                "stops_at": iso_utc(d.stops_at),
+                "warn_at": iso_utc(d.warn_at),
                 "says": d.says,
             }
             for d in current.deadlines
         ],
         "warning": _docker_silent(spawner, broker, now) or _warning(current),
         "refresh_seconds": current.look_again_in(),
-        "now": _iso(now),
+        "now": iso_utc(now),
     }
 
 
@@ -124,7 +124,7 @@ def _warning(current: Lease) -> dict[str, Any] | None:
     deadline, says = current.warning, current.warning_says()
     if deadline is None or says is None:
         return None
-    return {"key": deadline.key, "stops_at": _iso(deadline.stops_at), "says": says}
+    return {"key": deadline.key, "stops_at": iso_utc(deadline.stops_at), "says": says}
 
 
 def _profile(spawner: Any, broker: Broker) -> dict[str, str] | None:
@@ -142,12 +142,6 @@ def _epoch(moment: datetime | None) -> float | None:
     if moment is None:
         return None
     return moment.replace(tzinfo=UTC).timestamp()
-
-
-def _iso(moment: float | None) -> str | None:
-    if moment is None:
-        return None
-    return datetime.fromtimestamp(moment, UTC).isoformat().replace("+00:00", "Z")
 
 
 def handlers(hub_prefix: str) -> list[tuple[str, type]]:

@@ -14,13 +14,13 @@ hub loses nothing).
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from ..core.jobs import FINAL, JobSpec, JobState, server_of
+from .sqlite import open_table
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -78,10 +78,7 @@ class JobRecord:
     """The jobs table. Used from the hub's event loop only; each call is one transaction."""
 
     def __init__(self, path: str | Path) -> None:
-        self._db = sqlite3.connect(Path(path), isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.executescript(SCHEMA)
+        self._db = open_table(path, SCHEMA)
 
     def close(self) -> None:
         self._db.close()

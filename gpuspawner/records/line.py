@@ -16,9 +16,10 @@ ends every spawn).
 
 from __future__ import annotations
 
-import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
+
+from .sqlite import open_table
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS waiting (
@@ -51,10 +52,7 @@ class LineRecord:
     """The line's table. Used from the hub's event loop only; each call is one transaction."""
 
     def __init__(self, path: str | Path) -> None:
-        self._db = sqlite3.connect(Path(path), isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.executescript(SCHEMA)
+        self._db = open_table(path, SCHEMA)
 
     def close(self) -> None:
         self._db.close()

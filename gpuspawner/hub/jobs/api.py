@@ -20,7 +20,6 @@ own server, which exactly its own token holds.
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
 from typing import Any
 
 from jupyterhub.apihandlers.base import APIHandler
@@ -29,6 +28,7 @@ from jupyterhub.utils import url_escape_path, url_path_join
 from tornado import web
 
 from ...core.jobs import SERVER_PREFIX, InvalidJob, JobState, outputs_of, parse_submission
+from ...core.words import iso_utc
 from ...records.jobs import Job
 from .. import access
 from ..broker import Broker
@@ -74,9 +74,9 @@ class JobsHandler(APIHandler):
             **job.spec.as_json(),
             "state": str(job.state),
             "place": jobs.place_of(job) if job.state is JobState.WAITING else None,
-            "submitted": _iso(job.submitted),
-            "started": _iso(job.started),
-            "ended": _iso(job.ended),
+            "submitted": iso_utc(job.submitted),
+            "started": iso_utc(job.started),
+            "ended": iso_utc(job.ended),
             "attempts": job.attempts,
             "preemptions": job.preemptions,
             "gpus": list(job.gpus),
@@ -171,12 +171,6 @@ def _report(body: Any) -> dict[str, Any]:
         "error": error[:ERROR_CHARS] if isinstance(error, str) else None,
         "output": output[:LINE_CHARS] if isinstance(output, str) else None,
     }
-
-
-def _iso(moment: float | None) -> str | None:
-    if moment is None:
-        return None
-    return datetime.fromtimestamp(moment, UTC).isoformat().replace("+00:00", "Z")
 
 
 def handlers(hub_prefix: str) -> list[tuple[str, type]]:
