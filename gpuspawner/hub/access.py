@@ -10,6 +10,10 @@ of their own:
   the page and taking a start out of the waiting line. Both act on another
   user's server, so each also needs JupyterHub's own `delete:servers` for that
   user: the custom scope never gives more than JupyterHub would.
+- `custom:gpu-jobs`: a user's jobs (`hub.jobs.api`), given to every user for
+  themselves (`!user` in the user role) and to their servers' own tokens, which
+  JupyterLab submits with: least privilege, since `servers` would also let a
+  notebook start and stop its user's servers.
 
 `register` runs before the hub loads its roles: it defines the scopes the
 admin's `c.JupyterHub.custom_scopes` does not (so `load_roles` may grant them,
@@ -32,7 +36,13 @@ from tornado import web
 
 READ = "custom:gpus:read"
 ADMIN = "custom:gpus:admin"
+JOBS = "custom:gpu-jobs"
 DEFINITIONS = {
+    JOBS: {
+        "description": "Submit, list and cancel GPU jobs (with a user filter: that user's "
+        "only). Every user holds it for themselves, and their servers' tokens too, so that "
+        "JupyterLab can submit their jobs without the token being able to start servers.",
+    },
     READ: {
         "description": "Read the GPU pool: every GPU, its holder, the waiting line and the "
         "last 7 days' GPU use per user and group (the GPUs page and /hub/api/gpus).",
@@ -52,15 +62,20 @@ def register(app: Any) -> None:
         roles.get_default_roles = with_admins_granted(roles.get_default_roles)
 
 
+GRANTS = {"admin": ADMIN, "user": f"{JOBS}!user"}  # default role → the scope it also gets
+
+
 def with_admins_granted(default_roles: Callable[[], list[dict[str, Any]]]) -> Any:
-    """JupyterHub's default roles, the admin role with ADMIN added."""
+    """JupyterHub's default roles, the admin role with ADMIN added and the user role with
+    its own jobs."""
 
     @functools.wraps(default_roles)
     def granted() -> list[dict[str, Any]]:
         found = default_roles()
         for role in found:
-            if role["name"] == "admin" and ADMIN not in role["scopes"]:
-                role["scopes"] = [*role["scopes"], ADMIN]
+            scope = GRANTS.get(role["name"])
+            if scope is not None and scope not in role["scopes"]:
+                role["scopes"] = [*role["scopes"], scope]
         return found
 
     granted.gpuspawner = True  # type: ignore[attr-defined]
@@ -76,6 +91,28 @@ def require(handler: Any, scope: str) -> None:
             403,
             f"This needs the {scope} scope, which your account (or this token) does not have: "
             "an admin can grant it with a role in c.JupyterHub.load_roles.",
+        )
+
+
+def server_token_scopes() -> list[str]:
+    """What a server's own token holds: JupyterHub's `server` role, and its user's jobs."""
+    server = next(r for r in roles.get_default_roles() if r["name"] == "server")
+    return [*server["scopes"], f"{JOBS}!user"]
+
+
+def require_jobs(handler: Any, owner: str, read: bool) -> None:
+    """403 unless the request may read (`read`) or submit and cancel `owner`'s jobs: their
+    own `custom:gpu-jobs`, or what JupyterHub asks to read (`read:servers`) or start and
+    stop (`servers`) that user's servers."""
+    if handler.current_user is None:
+        raise web.HTTPError(403, "Missing or invalid credentials.")
+    servers = "read:servers" if read else "servers"
+    if not any(
+        has_scope(f"{scope}!user={owner}", handler.parsed_scopes, db=handler.db)
+        for scope in (JOBS, servers)
+    ):
+        raise web.HTTPError(
+            403, f"This token may not {'read' if read else 'submit or cancel'} {owner}'s jobs."
         )
 
 

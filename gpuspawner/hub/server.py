@@ -37,9 +37,9 @@ from ..core.pool import Grant, Holder
 from ..core.profiles import InvalidUserOptions, Profile, choose_profile
 from ..core.units import units_in_words
 from ..core.words import duration, from_group, your_server
-from . import budgets, line_status, notices, spawn_page, startup
+from . import access, budgets, line_status, notices, spawn_page, startup
 from .broker import Broker, BrokerNotRunning
-from .jobs.board import Launch
+from .jobs.launch import Launch
 from .refusals import Refused, failed_start, refused_start
 
 JOB_RUNNER = "gpuspawner-job"  # in the notebook images (labextension/gpuspawner_lab/job.py)
@@ -103,6 +103,10 @@ class GPUServer(GPUSettings, EngineSpawner):
         loads, so this one gets a stand-in user name.
         """
         return cls(config=config, user=SimpleNamespace(name="gpuspawner"))
+
+    @default("server_token_scopes")
+    def _default_server_token_scopes(self) -> list[str]:
+        return access.server_token_scopes()
 
     @default("options_form")
     def _default_options_form(self) -> Any:

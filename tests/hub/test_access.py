@@ -15,14 +15,18 @@ def scopes_of(role_name: str) -> list[str]:
     return next(r for r in roles.get_default_roles() if r["name"] == role_name)["scopes"]
 
 
-def test_a_config_without_them_gets_both_scopes_and_admins_act_on_the_pool():
+def test_a_config_without_them_gets_the_scopes_admins_act_and_users_have_their_jobs():
     app = App()
     access.register(app)
-    assert set(app.custom_scopes) == {access.READ, access.ADMIN}
+    assert set(app.custom_scopes) == {access.READ, access.ADMIN, access.JOBS}
     assert app.custom_scopes[access.ADMIN]["subscopes"] == [access.READ]
     assert scopes_of("admin").count(access.ADMIN) == 1
     assert "admin:servers" in scopes_of("admin")  # JupyterHub's own scopes are all still there
-    assert not any(s.startswith("custom:") for s in scopes_of("user") + scopes_of("server"))
+    # a user holds only their own jobs, and nothing of the pool
+    assert [s for s in scopes_of("user") if s.startswith("custom:")] == ["custom:gpu-jobs!user"]
+    assert not any(s.startswith("custom:") for s in scopes_of("server"))
+    # a server's own token asks for the server role's scopes and its user's jobs
+    assert access.server_token_scopes() == [*scopes_of("server"), "custom:gpu-jobs!user"]
 
 
 def test_an_admins_own_definition_stands_and_registering_twice_grants_once():

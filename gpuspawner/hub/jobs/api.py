@@ -9,12 +9,12 @@
     GET    /hub/api/gpu-jobs                     every unfinished job (custom:gpus:read)
     POST   /hub/api/users/NAME/servers/job-ID/gpu-job   the runner's progress report
 
-Who may: a user's own jobs need what their servers need — `read:servers` to
-read, `servers` to submit and cancel, for that user (a person's session holds
-both; a notebook server's own token holds neither unless the admin adds
-"servers!user" to `c.Spawner.server_token_scopes`). Another user's jobs are
-403 whether or not they exist. A report needs `access:servers` on the job's
-own server, which exactly its own token holds.
+Who may: `custom:gpu-jobs` for that user, which every user holds for
+themselves and their servers' own tokens hold too (`access`), so JupyterLab
+submits with the server's token; or JupyterHub's `read:servers` to read and
+`servers` to submit and cancel, for that user (admins, services). Another
+user's jobs are 403 whether or not they exist. A report needs
+`access:servers` on the job's own server, which exactly its own token holds.
 """
 
 from __future__ import annotations
@@ -23,16 +23,16 @@ import json
 from typing import Any
 
 from jupyterhub.apihandlers.base import APIHandler
-from jupyterhub.scopes import has_scope, needs_scope
-from jupyterhub.utils import url_escape_path, url_path_join
+from jupyterhub.scopes import has_scope
+from jupyterhub.utils import url_path_join
 from tornado import web
 
-from ...core.jobs import SERVER_PREFIX, InvalidJob, JobState, outputs_of, parse_submission
-from ...core.words import iso_utc
+from ...core.jobs import SERVER_PREFIX, InvalidJob, parse_submission
 from ...records.jobs import Job
 from .. import access
 from ..broker import Broker
 from .board import JobBoard
+from .view import job_view
 
 REPORT_STATES = ("running", "done", "failed", "stopped")
 TAIL_LINES, LINE_CHARS, ERROR_CHARS = 20, 500, 4000
@@ -65,38 +65,17 @@ class JobsHandler(APIHandler):
         self.write(json.dumps(body))
 
     def as_json(self, job: Job) -> dict[str, Any]:
-        jobs = board()
-        user_url = url_path_join(self.base_url, "user", url_escape_path(job.user))
-        return {
-            "id": job.id,
-            "server": job.server,
-            "user": job.user,
-            **job.spec.as_json(),
-            "state": str(job.state),
-            "place": jobs.place_of(job) if job.state is JobState.WAITING else None,
-            "submitted": iso_utc(job.submitted),
-            "started": iso_utc(job.started),
-            "ended": iso_utc(job.ended),
-            "attempts": job.attempts,
-            "preemptions": job.preemptions,
-            "gpus": list(job.gpus),
-            "progress": dict(job.progress),
-            "reason": job.reason,
-            "outputs": outputs_of(job.id),
-            "url": url_path_join(user_url, job.server, "/")
-            if job.state is JobState.RUNNING
-            else None,
-        }
+        return job_view(job, board(), self.base_url)
 
 
 class UserJobsHandler(JobsHandler):
-    @needs_scope("read:servers")
     def get(self, user_name: str) -> None:
+        access.require_jobs(self, user_name, read=True)
         user = self._owner(user_name)
         self._answer({"jobs": [self.as_json(j) for j in board().jobs_of(user.id)]})
 
-    @needs_scope("servers")
     def post(self, user_name: str) -> None:
+        access.require_jobs(self, user_name, read=False)
         user = self._owner(user_name)
         if not self.allow_named_servers:
             raise web.HTTPError(
@@ -112,12 +91,12 @@ class UserJobsHandler(JobsHandler):
 
 
 class UserJobHandler(JobsHandler):
-    @needs_scope("read:servers")
     def get(self, user_name: str, job_id: str) -> None:
+        access.require_jobs(self, user_name, read=True)
         self._answer(self.as_json(self._job(self._owner(user_name), job_id)))
 
-    @needs_scope("servers")
     def delete(self, user_name: str, job_id: str) -> None:
+        access.require_jobs(self, user_name, read=False)
         job = self._job(self._owner(user_name), job_id)
         if job.final:
             raise web.HTTPError(409, f"Job {job_id} has already ended ({job.state})")
@@ -170,7 +149,15 @@ def _report(body: Any) -> dict[str, Any]:
         "tail": [line[:LINE_CHARS] for line in tail[-TAIL_LINES:]],
         "error": error[:ERROR_CHARS] if isinstance(error, str) else None,
         "output": output[:LINE_CHARS] if isinstance(output, str) else None,
+        "cpu_busy": _fraction(body.get("cpu_busy")),
     }
+
+
+def _fraction(value: Any) -> float | None:
+    """The share of its CPUs a job's container used lately, as its runner measured it."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
+        return None
+    return float(value)
 
 
 def handlers(hub_prefix: str) -> list[tuple[str, type]]:
