@@ -10,6 +10,7 @@ import argparse
 import importlib
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
+from typing import Any
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -131,7 +132,35 @@ def build_parser() -> argparse.ArgumentParser:
     usage.add_argument(
         "--format", choices=("table", "csv", "json"), default="table", help="default: table"
     )
+    _job_commands(commands)
     return parser
+
+
+def _job_commands(commands: Any) -> None:
+    job = commands.add_parser(
+        "job",
+        help="submit, list, follow and cancel GPU jobs through the hub's API (docs/jobs.md)",
+        description="A user's GPU jobs, through the hub's REST API. The hub, the token and the "
+        "user come from --api-url, --token and --user, else from JUPYTERHUB_API_URL, "
+        "JUPYTERHUB_API_TOKEN and JUPYTERHUB_USER (set inside every notebook server).",
+    )
+    job.add_argument("--api-url", default="", help="the hub's API, e.g. http://hub:8081/hub/api")
+    job.add_argument("--token", default="", help="an API token (default: JUPYTERHUB_API_TOKEN)")
+    job.add_argument("--user", default="", help="whose jobs (default: JUPYTERHUB_USER)")
+    actions = job.add_subparsers(dest="action", required=True, metavar="ACTION")
+    submit = actions.add_parser(
+        "submit",
+        help="run a notebook (.ipynb) or a script from your home as a job",
+        description="Submit a notebook (run cell by cell) or a script, a path relative to your "
+        "home; arguments after -- go to the script.",
+    )
+    submit.add_argument("--profile", required=True, help="the GPU profile's slug, e.g. gpu-1")
+    submit.add_argument("path", help="the notebook or script, relative to your home")
+    submit.add_argument("args", nargs="*", help="the script's arguments (after --)")
+    actions.add_parser("list", help="your jobs, newest first")
+    for name, what in (("logs", "its state, progress and last output lines"), ("cancel", "")):
+        action = actions.add_parser(name, help=what or "cancel a job (its outputs are kept)")
+        action.add_argument("id", type=int, help="the job's number")
 
 
 def _config_file(parser: argparse.ArgumentParser, why: str = "") -> None:

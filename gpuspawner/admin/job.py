@@ -1,0 +1,125 @@
+"""`gpuspawner job`: a user's GPU jobs from a terminal, through the hub's REST API.
+
+Inside a notebook server everything it needs is in the environment (the hub's
+API, the server's own token, which may manage its user's jobs, and the user);
+elsewhere, pass a token of one's own. What the hub refuses is printed as the
+hub says it, and the command exits 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import urllib.error
+import urllib.request
+from typing import Any
+from urllib.parse import quote
+
+from ..core.words import ordinal
+
+COLUMNS = ("id", "state", "profile", "runs", "progress", "gpus", "reason")
+
+
+class HubSaid(Exception):
+    """The hub refused: its status and message."""
+
+
+def main(args: argparse.Namespace) -> int:
+    api = (args.api_url or os.environ.get("JUPYTERHUB_API_URL", "")).rstrip("/")
+    token = args.token or os.environ.get("JUPYTERHUB_API_TOKEN", "")
+    user = args.user or os.environ.get("JUPYTERHUB_USER", "")
+    if not (api and token and user):
+        print(
+            "gpuspawner job: give --api-url, --token and --user (or run it inside a notebook "
+            "server, where JUPYTERHUB_API_URL, JUPYTERHUB_API_TOKEN and JUPYTERHUB_USER are set)",
+            file=sys.stderr,
+        )
+        return 2
+    jobs = f"{api}/users/{quote(user, safe='')}/gpu-jobs"
+    try:
+        if args.action == "submit":
+            body: dict[str, Any] = {"profile": args.profile}
+            if args.path.endswith(".ipynb"):
+                body["notebook"] = args.path
+            else:
+                body.update(script=args.path, args=args.args)
+            print(line(call("POST", jobs, token, body)))
+        elif args.action == "list":
+            print(table(call("GET", jobs, token)["jobs"]))
+        elif args.action == "logs":
+            print(logs(call("GET", f"{jobs}/{args.id}", token)))
+        else:
+            print(line(call("DELETE", f"{jobs}/{args.id}", token)))
+    except HubSaid as said:
+        print(f"gpuspawner job: {said}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def call(method: str, url: str, token: str, body: Any = None) -> Any:
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(
+        url,
+        data=data,
+        method=method,
+        headers={"Authorization": f"token {token}", "Content-Type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            return json.loads(answer.read())
+    except urllib.error.HTTPError as error:
+        try:
+            message = json.loads(error.read()).get("message", error.reason)
+        except ValueError:
+            message = error.reason
+        raise HubSaid(f"{error.code}: {message}") from None
+    except urllib.error.URLError as error:
+        raise HubSaid(f"cannot reach the hub at {url}: {error.reason}") from None
+
+
+def row(job: dict[str, Any]) -> dict[str, str]:
+    progress = job.get("progress") or {}
+    cells = progress.get("cells")
+    state = job["state"] + (f" ({ordinal(job['place'])} in line)" if job.get("place") else "")
+    return {
+        "id": str(job["id"]),
+        "state": state,
+        "profile": job["profile"],
+        "runs": job.get("notebook") or " ".join([job["script"], *job.get("args", [])]),
+        "progress": f"cell {cells['done']} of {cells['total']}" if cells else "",
+        "gpus": str(len(job["gpus"])) if job["gpus"] else "",
+        "reason": job["reason"],
+    }
+
+
+def table(jobs: list[dict[str, Any]]) -> str:
+    if not jobs:
+        return "No jobs."
+    rows = [dict(zip(COLUMNS, (c.upper() for c in COLUMNS), strict=True))]
+    rows += [row(job) for job in jobs]
+    widths = {c: max(len(r[c]) for r in rows) for c in COLUMNS[:-1]}
+    return "\n".join(
+        "  ".join([*(r[c].ljust(widths[c]) for c in COLUMNS[:-1]), r["reason"]]).rstrip()
+        for r in rows
+    )
+
+
+def line(job: dict[str, Any]) -> str:
+    shown = row(job)
+    return f"job {shown['id']} ({shown['runs']}): {shown['state']}" + (
+        f" — {job['reason']}" if job["reason"] else ""
+    )
+
+
+def logs(job: dict[str, Any]) -> str:
+    progress = job.get("progress") or {}
+    parts = [line(job)]
+    if row(job)["progress"]:
+        parts.append(row(job)["progress"])
+    if progress.get("error"):
+        parts.append(f"error: {progress['error']}")
+    parts.extend(progress.get("tail") or [])
+    parts.append(f"outputs: ~/{job['outputs']}/ (log.txt, and the executed notebook)")
+    return "\n".join(parts)
