@@ -47,7 +47,7 @@ from .refusals import refused
 from .removals import Removals
 
 if TYPE_CHECKING:
-    from .jobs.board import Launch
+    from .jobs.launch import Launch
 
 RECENT_USE_HALF_LIVES = 10  # use older than this many half-lives counts for less than 0.1 %
 

@@ -62,3 +62,33 @@ GPU_SECONDS_BUSY = Counter(
     "charged. Busy over held is how much of what people hold they use.",
     ["group"],
 )
+
+# --- jobs (`hub.jobs.board`) -------------------------------------------------------------
+JOBS_ENDED = Counter(
+    "gpuspawner_jobs_ended_total",
+    "Jobs that ended, by how: done, failed, cancelled.",
+    ["state"],
+)
+for _state in ("done", "failed", "cancelled"):
+    JOBS_ENDED.labels(_state)
+JOB_PREEMPTIONS = Counter(
+    "gpuspawner_job_preemptions_total",
+    "Times a running job gave way to a person's start (SIGTERM, grace, then it waits again).",
+)
+JOB_WAIT_SECONDS = Histogram(
+    "gpuspawner_job_wait_duration_seconds",
+    "Time jobs waited for GPUs before a run started (each attempt: from submission, or from "
+    "giving way).",
+    buckets=(10, 60, 300, 900, 1800, 3600, 7200, 14400, 28800, 86400),
+)
+JOB_RUN_SECONDS = Histogram(
+    "gpuspawner_job_run_duration_seconds",
+    "Runs of jobs, from their start until Docker confirmed their container gone, by how the "
+    "run ended: done, failed, cancelled, gave way.",
+    ["end"],
+    buckets=(60, 300, 900, 1800, 3600, 7200, 14400, 28800, 86400, 259200),
+)
+JOB_GPU_SECONDS = Counter(
+    "gpuspawner_job_gpu_seconds",
+    "GPU-seconds held by jobs' runs (GPU-equivalents × seconds), counted as each run ends.",
+)

@@ -23,6 +23,8 @@ from ..core.pool import Grant
 from ..core.words import server_name as named
 from . import access, notices
 from .broker import Broker
+from .jobs.board import JobBoard
+from .jobs.view import job_view
 from .report import HolderNow, as_labelled, pool_report, usage_report
 
 TEMPLATES = str(Path(__file__).with_name("templates"))
@@ -33,7 +35,14 @@ class PoolReport:
 
     def report(self: Any) -> dict[str, Any]:
         broker = Broker.current()
-        return {**pool_report(broker, self._holder_now), "usage": usage_report(broker)}
+        jobs = broker.jobs
+        return {
+            **pool_report(broker, self._holder_now),
+            "usage": usage_report(broker),
+            "jobs": [job_view(j, jobs, self.base_url) for j in jobs.unfinished()]
+            if isinstance(jobs, JobBoard)
+            else [],
+        }
 
     def _holder_now(self: Any, grant: Grant) -> HolderNow:
         spawner = self.db.get(orm.Spawner, grant.holder.spawner_id)

@@ -12,6 +12,7 @@ import os
 import signal
 import sys
 import threading
+import time
 import urllib.request
 from collections import deque
 from collections.abc import Mapping
@@ -156,6 +157,46 @@ class Hub:
             return False
 
 
+class CpuMeter:
+    """The share of the container's CPUs its processes used since the last reading, from
+    the container's own cgroup (v2's cpu.stat and cpu.max, or v1's cpuacct); None where
+    the kernel does not say. With the GPUs' use, the hub tells a GPU that waits for data."""
+
+    def __init__(self, cgroup: Path = Path("/sys/fs/cgroup")) -> None:
+        self.cgroup = cgroup
+        self.last = self._sample()
+
+    def busy(self) -> float | None:
+        now, before = self._sample(), self.last
+        self.last = now
+        if now is None or before is None or now[1] <= before[1]:
+            return None
+        share = (now[0] - before[0]) / ((now[1] - before[1]) * self._cpus())
+        return round(min(max(share, 0.0), 1.0), 3)
+
+    def _sample(self) -> tuple[float, float] | None:
+        """(CPU seconds used, monotonic seconds)."""
+        try:
+            stat = (self.cgroup / "cpu.stat").read_text()
+            fields = dict(line.split() for line in stat.splitlines())
+            used = int(fields["usage_usec"]) / 1e6
+        except (OSError, KeyError, ValueError):
+            try:
+                used = int((self.cgroup / "cpuacct" / "cpuacct.usage").read_text()) / 1e9
+            except (OSError, ValueError):
+                return None
+        return used, time.monotonic()
+
+    def _cpus(self) -> float:
+        try:
+            quota, period = (self.cgroup / "cpu.max").read_text().split()
+            if quota != "max":
+                return max(int(quota) / int(period), 0.01)
+        except (OSError, ValueError):
+            pass
+        return float(len(os.sched_getaffinity(0)))
+
+
 @dataclass
 class Progress:
     """What the next report says, kept up to date by the run."""
@@ -165,6 +206,7 @@ class Progress:
     output: str | None
     cells: dict[str, int] | None = None
     tail: deque[str] = field(default_factory=lambda: deque(maxlen=TAIL_LINES))
+    cpu: CpuMeter = field(default_factory=CpuMeter)
 
     def report(self, state: State, error: str | None = None) -> bool:
         """Whether the hub took it (False without a hub)."""
@@ -176,6 +218,7 @@ class Progress:
                 "tail": list(self.tail),
                 "error": error,
                 "output": self.output,
+                "cpu_busy": self.cpu.busy(),
             }
         )
 

@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from gpuspawner.core.errors import LimitsConfigError
 from gpuspawner.core.give_way import RunningJob, giving_way
+from gpuspawner.core.job_hints import GPUUse, hints
 from gpuspawner.core.job_rules import DEFAULT_PREEMPT_GRACE, job_rules
 from gpuspawner.core.jobs import (
     FINAL,
@@ -244,3 +245,24 @@ def test_the_pool_says_what_would_fit_were_a_jobs_gpus_free():
     assert pool.fits_if_freed(Request(gpus=2), frozenset(u.id for u in grant.units))
     pool.begin_release(1)  # stopping units are not free for anyone yet
     assert not pool.fits_if_freed(Request(gpus=1), frozenset(u.id for u in grant.units))
+
+
+# --- hints ---------------------------------------------------------------------------------
+GIB = 1 << 30
+
+
+@pytest.mark.parametrize(
+    ("gpus", "cpu_busy", "says"),
+    [
+        ([GPUUse("GPU-a", 90.0, 78 * GIB, 80 * GIB)], 0.2, ["Close to out of memory: GPU-a"]),
+        ([GPUUse("GPU-a", 10.0, 8 * GIB, 80 * GIB)], 0.97, ["Your GPU waits for data loading"]),
+        ([GPUUse("GPU-a", 10.0, 8 * GIB, 80 * GIB)], 0.5, []),  # the CPUs are not the limit
+        ([GPUUse("GPU-a", 95.0, 8 * GIB, 80 * GIB)], 0.97, []),  # a busy GPU waits for nothing
+        ([GPUUse("GPU-a", None, None, 80 * GIB)], 0.97, []),  # nothing measured, nothing said
+        ([GPUUse("GPU-a", 5.0, 79 * GIB, 80 * GIB)], None, ["Close to out of memory"]),
+    ],
+)
+def test_a_hint_is_given_only_where_the_numbers_say_so(gpus, cpu_busy, says):
+    found = hints(gpus, cpu_busy)
+    assert len(found) == len(says)
+    assert all(text.startswith(start) for text, start in zip(found, says, strict=True))

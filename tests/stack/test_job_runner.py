@@ -153,7 +153,11 @@ class Run:
 
     @property
     def final(self) -> dict[str, Any]:
-        return self.reports[-1]
+        """The last report, less the CPU share it measured (a fraction, or None unmeasured)."""
+        report = dict(self.reports[-1])
+        busy = report.pop("cpu_busy")
+        assert busy is None or 0 <= busy <= 1, busy
+        return report
 
     def logs(self) -> str:
         return self.container.logs().decode()
@@ -349,6 +353,7 @@ print("to stderr", sys.argv[1:], file=sys.stderr)
         "error": None,
         "output": "o/log.txt",
     }
+    assert isinstance(run.reports[-1]["cpu_busy"], float)  # the container's cgroup says
     # reports are timed, not one per line: the start, perhaps one while it printed, the end
     assert run.reports[0]["state"] == "running" and len(run.reports) <= 3
     assert "line 24" in run.logs()  # the container's log shows it too

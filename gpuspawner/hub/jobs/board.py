@@ -20,35 +20,31 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from ...core.give_way import RunningJob, giving_way
+from ...core.job_hints import GPUUse
 from ...core.job_rules import JobRules
 from ...core.jobs import Event, InvalidJob, JobSpec, JobState, server_of, step
 from ...core.limits import LimitExceeded, UserLimits
-from ...core.line import Waiting, in_order
 from ...core.placement import NotEnoughGPUs
 from ...core.pool import Grant, Holder
-from ...core.profiles import Profile
 from ...core.units import Request
-from ...core.words import DEFAULT_GROUP, server_name
+from ...core.words import server_name
 from ...records.jobs import Job, JobRecord
 from ..broker import Broker
-from . import words
-from .launch import Launcher
+from ..counters import (
+    JOB_GPU_SECONDS,
+    JOB_PREEMPTIONS,
+    JOB_RUN_SECONDS,
+    JOB_WAIT_SECONDS,
+    JOBS_ENDED,
+)
+from . import reading, words
+from .launch import Launch, Launcher
 
 Rules = Callable[[int], tuple[UserLimits, JobRules] | None]  # a user's, by id (None: gone)
 Budget = Callable[[int, UserLimits], str | None]  # why a user may not use GPUs now
-
-
-@dataclass(frozen=True)
-class Launch:
-    """A job's start under way: what its server's spawner reads as it starts."""
-
-    job: Job
-    grant: Grant
-    grace: float  # seconds from SIGTERM to SIGKILL (the container's stop timeout)
 
 
 class JobBoard:
@@ -65,6 +61,8 @@ class JobBoard:
         self.rules_of, self.budget_refusal = rules_of, budget_refusal
         self._jobs: dict[int, Job] = {job.id: job for job in record.unfinished()}
         self._launching: dict[int, Launch] = {}  # by server id, until its spawner takes it
+        self._ending: dict[tuple[int, str], Job] = {}  # ended jobs whose container is not gone
+        self._waiting_since: dict[int, float] = {}  # by job id, since giving way (else submitted)
         self._tasks: set[asyncio.Task[None]] = set()
         self._open = False  # jobs start only once the hub runs (its proxy routes to them)
 
@@ -82,6 +80,11 @@ class JobBoard:
 
     def unfinished(self) -> list[Job]:
         return sorted(self._jobs.values(), key=lambda j: j.id)
+
+    def gpu_use(self, job: Job) -> list[GPUUse]:
+        """What a running job's GPUs do now, as the monitor last sampled them."""
+        grant = self._grant_of(job)
+        return reading.gpu_use(grant, self.broker.telemetry) if grant is not None else []
 
     def launching(self, server_id: int) -> Launch | None:
         """The job a starting server runs, for its spawner; None for a person's server."""
@@ -105,7 +108,7 @@ class JobBoard:
         """Write a job down and start it if GPUs are free; InvalidJob (what to fix) where
         it cannot be, holding nothing."""
         limits, rules = self._rules(user_id)
-        profile = self._profile(spec.profile, limits)
+        profile = reading.job_profile(self.broker.site.profiles, spec.profile, limits)
         theirs = [j for j in self._jobs.values() if j.user_id == user_id]
         most = rules.max_jobs
         if most.value is not None and len(theirs) >= most.value:
@@ -152,16 +155,23 @@ class JobBoard:
             self.log.exception("gpuspawner: the jobs' pass failed")
 
     def released(self, grant: Grant) -> None:
-        """Docker confirmed a server's container gone: if a job's, it ended or gave way."""
-        job = self._by_server(grant.holder.user_id, grant.holder.server)
-        if job is None:
-            return
+        """Docker confirmed a server's container gone: if a job's, its run ended (it gave
+        way, or ended as it said, or without a word)."""
+        where = (grant.holder.user_id, grant.holder.server)
         now = self.broker.clock()
-        if job.state is JobState.GIVING_WAY:
+        job = self._by_server(*where)
+        if job is not None and job.state is JobState.GIVING_WAY:
             self._event(job, Event.ENDED, ended=None, preemptions=job.preemptions + 1)
+            self._waiting_since[job.id] = now
+            JOB_PREEMPTIONS.inc()
+            self._count_run(job, grant, now, "gave way")
             self.log.info("gpuspawner: %s gave way and waits again", job.server)
-        else:
+            return
+        if job is not None:
             self._event(job, Event.ENDED, reason=words.ended_unreported(), ended=now)
+        ended = self._ending.pop(where, None)
+        if ended is not None:
+            self._count_run(ended, grant, now, str(ended.state))
 
     def tick(self, now: float) -> None:
         """Each monitor tick: a job past its max_runtime is stopped, its outputs kept."""
@@ -180,7 +190,7 @@ class JobBoard:
         waiting = [j for j in self._jobs.values() if j.state is JobState.WAITING]
         if not waiting or not self._open:
             return
-        people = self._people_short_of_gpus()
+        people = reading.people_short_of_gpus(self.broker.line)
         for job in self._in_order(waiting):
             found = self.rules_of(job.user_id)
             if found is None:
@@ -188,12 +198,12 @@ class JobBoard:
                 continue
             limits, rules = found
             try:
-                profile = self._profile(job.spec.profile, limits)
+                profile = reading.job_profile(self.broker.site.profiles, job.spec.profile, limits)
             except InvalidJob as invalid:
                 self._event(job, Event.CANCEL, reason=str(invalid), ended=self.broker.clock())
                 continue
             request = limits.request_for(profile)
-            if any(self._compete(request, person) for person in people):
+            if any(reading.competes(self.broker.pool.units, request, person) for person in people):
                 continue  # people first
             self._try_start(job, request, limits, rules)
 
@@ -215,6 +225,8 @@ class JobBoard:
             gpus=tuple(grant.uuids),
             reason="",
         )
+        waited = now - self._waiting_since.pop(job.id, job.submitted)
+        JOB_WAIT_SECONDS.observe(max(0.0, waited))
         self._launching[server_id] = Launch(started, grant, rules.preempt_grace)
         self.log.info("gpuspawner: %s starts on %s", job.server, ", ".join(grant.ids))
         self._spawn(self._start(started, server_id, {"profile": job.spec.profile}))
@@ -242,7 +254,7 @@ class JobBoard:
         for grant in self.broker.pool.grants():
             if grant.stopping:
                 freed |= frozenset(u.id for u in grant.units)
-        for entry in self._people_short_of_gpus():
+        for entry in reading.people_short_of_gpus(self.broker.line):
             found = self.rules_of(entry.holder.user_id)
             if found is None or not found[1].preempts:
                 continue
@@ -278,22 +290,8 @@ class JobBoard:
         for job in self._jobs.values():
             grant = self._grant_of(job)
             found = self.rules_of(job.user_id)
-            if job.state is not JobState.RUNNING or grant is None or found is None:
-                continue
-            rules = found[1]
-            running.append(
-                RunningJob(
-                    job.id,
-                    job.user_id,
-                    frozenset(u.id for u in grant.units),
-                    rules.priority,
-                    job.started or 0.0,
-                    rules.min_runtime,
-                    rules.give_way,
-                    job.preemptions,
-                    rules.max_preemptions,
-                )
-            )
+            if job.state is JobState.RUNNING and grant is not None and found is not None:
+                running.append(reading.as_running(job, grant, found[1]))
         return running
 
     # --- helpers ---------------------------------------------------------------------------
@@ -315,7 +313,18 @@ class JobBoard:
         state = step(job.state, event)
         if state is None:
             return job
-        return self._save(job.but(state=state, **changes))
+        moved = self._save(job.but(state=state, **changes))
+        if moved.final:
+            JOBS_ENDED.labels(str(state)).inc()
+            if job.state in (JobState.RUNNING, JobState.GIVING_WAY, JobState.STARTING):
+                self._ending[(job.user_id, job.server)] = moved  # its run ends when it is gone
+        return moved
+
+    def _count_run(self, job: Job, grant: Grant, now: float, end: str) -> None:
+        if job.started is not None:
+            ran = max(0.0, now - job.started)
+            JOB_RUN_SECONDS.labels(end).observe(ran)
+            JOB_GPU_SECONDS.inc(float(grant.weight) * ran)
 
     def _save(self, job: Job) -> Job:
         self.record.save(job)
@@ -344,49 +353,12 @@ class JobBoard:
             raise InvalidJob("No such user")
         return found
 
-    def _profile(self, slug: str, limits: UserLimits) -> Profile:
-        profile = next((p for p in self.broker.site.profiles if p.slug == slug), None)
-        if profile is None:
-            known = ", ".join(p.slug for p in self.broker.site.profiles if p.request.kind)
-            raise InvalidJob(f"No profile {slug!r}; GPU profiles are: {known}")
-        if profile.request.kind is None:
-            raise InvalidJob(words.not_a_gpu_profile(profile))
-        if not limits.may_pick(slug):
-            allowed = ", ".join(sorted(limits.profiles.value or ()))
-            raise InvalidJob(
-                f"Profile {slug!r} is not available to you (group {limits.profiles.group} "
-                f"may pick: {allowed})"
-            )
-        return profile
-
-    def _people_short_of_gpus(self) -> list[Any]:
-        """People's starts in the line that wait for want of free GPUs, in line order (a
-        start that may not wait, max_wait 0, is refused before a job could give way)."""
-        line = self.broker.line
-        entries = [line.entry(key) for key in line.order()]
-        return [
-            e
-            for e in entries
-            if e is not None and e.waiting.patient and isinstance(e.blocked, NotEnoughGPUs)
-        ]
-
-    def _compete(self, request: Request, entry: Any) -> bool:
-        units = self.broker.pool.units
-        return any(request.matches(u) and entry.request.matches(u) for u in units)
-
     def _in_order(self, jobs: list[Job]) -> list[Job]:
-        recent = self.broker.line.recent_use_now()
-        priority = {
-            j.user_id: (found[1].priority if (found := self.rules_of(j.user_id)) else 0)
-            for j in jobs
-        }
-        waiting = {
-            j.id: Waiting(j.id, j.user_id, DEFAULT_GROUP, priority[j.user_id], 0.0, j.submitted)
-            for j in jobs
-        }
-        ordered = in_order(list(waiting.values()), recent)
-        by_id = {j.id: j for j in jobs}
-        return [by_id[w.key] for w in ordered]
+        return reading.in_order(jobs, self.broker.line.recent_use_now(), self._priority)
+
+    def _priority(self, user_id: int) -> int:
+        found = self.rules_of(user_id)
+        return found[1].priority if found is not None else 0
 
     def _spawn(self, work: Any) -> None:
         task = asyncio.ensure_future(work)

@@ -11,10 +11,20 @@ does) when its container ends by itself.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
-Ended = Callable[[Any, str], Awaitable[None]]  # (user, server) whose container ended by itself
+from ...core.pool import Grant
+from ...records.jobs import Job
+
+
+@dataclass(frozen=True)
+class Launch:
+    """A job's start under way: what its server's spawner reads as it starts."""
+
+    job: Job
+    grant: Grant
+    grace: float  # seconds from SIGTERM to SIGKILL (the container's stop timeout)
 
 
 class Launcher:

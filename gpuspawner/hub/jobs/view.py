@@ -1,0 +1,54 @@
+"""A job as people see it: the API's JSON, the admin page's row and the command's line all
+read this one view (its state and place, its run's progress, how long it has run, its GPUs'
+use now, and the hints those numbers give)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from jupyterhub.utils import url_escape_path, url_path_join
+
+from ...core.job_hints import hints
+from ...core.jobs import JobState, outputs_of
+from ...core.words import iso_utc
+from ...records.jobs import Job
+from .board import JobBoard
+
+
+def job_view(job: Job, jobs: JobBoard, base_url: str) -> dict[str, Any]:
+    broker = jobs.broker
+    running = job.state is JobState.RUNNING
+    gpus = jobs.gpu_use(job) if running else []
+    progress = dict(job.progress)
+    user_url = url_path_join(base_url, "user", url_escape_path(job.user))
+    return {
+        "id": job.id,
+        "server": job.server,
+        "user": job.user,
+        **job.spec.as_json(),
+        "state": str(job.state),
+        "place": jobs.place_of(job) if job.state is JobState.WAITING else None,
+        "submitted": iso_utc(job.submitted),
+        "started": iso_utc(job.started),
+        "ended": iso_utc(job.ended),
+        "elapsed_seconds": round(broker.clock() - job.started)
+        if running and job.started is not None
+        else None,
+        "attempts": job.attempts,
+        "preemptions": job.preemptions,
+        "gpus": list(job.gpus),
+        "gpu_use": [
+            {
+                "uuid": g.uuid,
+                "utilization_percent": g.utilization_percent,
+                "memory_used_bytes": g.memory_used_bytes,
+                "memory_total_bytes": g.memory_total_bytes,
+            }
+            for g in gpus
+        ],
+        "hints": hints(gpus, progress.get("cpu_busy")) if running else [],
+        "progress": progress,
+        "reason": job.reason,
+        "outputs": outputs_of(job.id),
+        "url": url_path_join(user_url, job.server, "/") if running else None,
+    }
