@@ -105,11 +105,12 @@ _ports = itertools.cycle(range(FIRST_PORT, FIRST_PORT + PORTS_PER_WORKER))
 
 
 def free_port() -> int:
-    """A port nothing listens on, from this worker's range."""
+    """A port nothing listens on, on any address (a hub binds the docker0 one), from this
+    worker's range."""
     for port in itertools.islice(_ports, PORTS_PER_WORKER):
         with socket.socket() as s:
             try:
-                s.bind(("127.0.0.1", port))
+                s.bind(("0.0.0.0", port))
             except OSError:
                 continue
             return port

@@ -11,15 +11,21 @@ import json
 import textwrap
 
 import pytest
-from realhub import LIGHT_SERVER, NOTEBOOK_IMAGE, Hub
+from browser import chromium, log_in
+from realhub import LIGHT_SERVER, NOTEBOOK_IMAGE, PASSWORD, Hub
+from selenium.webdriver.common.by import By
 
-CONFIG = f"""
+from gpuspawner.admin import cli
+
+CONFIG = """
 c.GPUSpawner.simulate_gpus = 2
+c.GPUSpawner.simulated_load_file = {load!r}
+c.GPUSpawner.monitor_interval = 0.5
 c.GPUSpawner.profiles = [
-    {{"display_name": "CPU only", "slug": "cpu", "gpus": 0, "spawner_override": {LIGHT_SERVER!r}}},
+    {{"display_name": "CPU only", "slug": "cpu", "gpus": 0, "spawner_override": {light!r}}},
     {{"display_name": "1 GPU", "slug": "gpu-1", "gpus": 1, "default": True}},
     {{"display_name": "1 GPU, light", "slug": "light-1", "gpus": 1,
-      "spawner_override": {LIGHT_SERVER!r}}},
+      "spawner_override": {light!r}}},
     {{"display_name": "2 GPUs", "slug": "gpu-2", "gpus": 2}},
 ]
 c.GPUSpawner.default_limits = {{"max_jobs": 0}}
@@ -62,8 +68,8 @@ TRAIN = textwrap.dedent(
 
 
 @pytest.fixture(scope="module")
-def hub(hub_factory) -> Hub:
-    hub = hub_factory(CONFIG)
+def hub(hub_factory, load_file) -> Hub:
+    hub = hub_factory(CONFIG.format(load=str(load_file), light=LIGHT_SERVER))
     hub.add_users("bob", "alice", "carol", groups={"trainers": ["bob"], "people": ["alice"]})
     put(hub, "bob", "train.ipynb", json.dumps(NOTEBOOK))
     put(hub, "bob", "broken.ipynb", json.dumps(BROKEN))
@@ -90,6 +96,18 @@ def read(hub: Hub, user: str, path: str) -> str:
         volumes={hub.home_of(user): {"bind": "/home/jovyan", "mode": "ro"}},
         remove=True,
     ).decode()
+
+
+def checkpoints(hub: Hub) -> int:
+    """How often bob's train.py saved its checkpoint on SIGTERM."""
+    saved = hub.docker.containers.run(
+        NOTEBOOK_IMAGE,
+        ["sh", "-c", "cat checkpoint.txt 2>/dev/null || true"],
+        entrypoint=[],
+        volumes={hub.home_of("bob"): {"bind": "/home/jovyan", "mode": "ro"}},
+        remove=True,
+    ).decode()
+    return saved.count("saved")
 
 
 def submit(hub: Hub, user: str, **body) -> dict:
@@ -148,6 +166,7 @@ def test_a_failed_notebook_job_keeps_its_error_and_gives_its_gpu_back(hub):
 
 
 def test_a_persons_start_makes_a_job_give_way_and_the_job_runs_again(hub):
+    saved = checkpoints(hub)
     submitted = submit(hub, "bob", profile="gpu-2", script="train.py")
     running = wait_state(hub, "bob", submitted["id"], "running")
     hub.wait_for(lambda: "training" in job(hub, "bob", submitted["id"])["progress"].get("tail", []))
@@ -160,7 +179,8 @@ def test_a_persons_start_makes_a_job_give_way_and_the_job_runs_again(hub):
     assert model["ready"]
     waiting = wait_state(hub, "bob", submitted["id"], "waiting")
     assert waiting["preemptions"] == 1 and "alice" in waiting["reason"]
-    assert read(hub, "bob", "checkpoint.txt") == "saved\n"  # SIGTERM seen, grace respected
+    assert hub.metrics()[("gpuspawner_job_preemptions_total", ())] >= 1
+    assert checkpoints(hub) == saved + 1  # SIGTERM seen, grace respected
     assert "attempt 1" in read(hub, "bob", f"{running['outputs']}/log.txt")
 
     # people first: the job waits while alice holds a GPU it needs, then runs again
@@ -172,7 +192,7 @@ def test_a_persons_start_makes_a_job_give_way_and_the_job_runs_again(hub):
     assert cancelled.status_code == 200, cancelled.text
     assert cancelled.json()["state"] == "cancelled"
     hub.wait_for(lambda: len(free(hub)) == 2, what="the cancelled job's GPUs back")
-    assert read(hub, "bob", "checkpoint.txt") == "saved\nsaved\n"
+    assert checkpoints(hub) == saved + 2
 
 
 @pytest.mark.parametrize(
@@ -199,3 +219,89 @@ def test_another_user_sees_no_job_of_theirs(hub):
     other = carol.get(f"{hub.url}/hub/api/users/bob/gpu-jobs", timeout=30)
     assert other.status_code in (403, 404)
     assert "train" not in other.text
+
+
+def test_a_running_job_runs_on_through_a_hub_kill_9_and_is_recovered(hub):
+    before = checkpoints(hub)
+    submitted = submit(hub, "bob", profile="gpu-1", script="train.py")
+    running = wait_state(hub, "bob", submitted["id"], "running")
+    container = hub.container_of("bob", running["server"]).id
+
+    hub.kill()
+    hub.start()
+
+    after = job(hub, "bob", submitted["id"])
+    assert (after["state"], after["attempts"], after["gpus"]) == ("running", 1, running["gpus"])
+    assert hub.container_of("bob", running["server"]).id == container  # the same run, on
+    assert hub.held_by("bob") == running["gpus"]
+    hub.wait_ready("bob", running["server"])  # routed again: its user can open it
+
+    cancelled = hub.api("DELETE", f"/users/bob/gpu-jobs/{submitted['id']}")
+    assert cancelled.json()["state"] == "cancelled"
+    hub.wait_for(lambda: len(free(hub)) == 2, what="the recovered job's GPU back")
+    assert checkpoints(hub) == before + 1
+
+
+def test_a_servers_own_token_manages_its_users_jobs_and_nothing_more(hub):
+    hub.spawn_ready("alice", "", profile="cpu")
+    env = hub.container_of("alice").attrs["Config"]["Env"]
+    token = next(e.split("=", 1)[1] for e in env if e.startswith("JUPYTERHUB_API_TOKEN="))
+    as_server = {"headers": {"Authorization": f"token {token}"}}
+    try:
+        assert hub.api("GET", "/users/alice/gpu-jobs", **as_server).status_code == 200
+        refused = hub.api(
+            "POST", "/users/alice/gpu-jobs", json={"profile": "gpu-1", "notebook": "a.ipynb"},
+            **as_server,
+        )  # fmt: skip
+        assert refused.status_code == 400  # allowed to ask; her groups allow no jobs
+        assert "may not submit jobs" in refused.json()["message"]
+        assert hub.api("GET", "/users/bob/gpu-jobs", **as_server).status_code == 403
+        start = hub.api("POST", "/users/alice/servers/other", json={}, **as_server)
+        assert start.status_code == 403  # the token cannot start servers
+    finally:
+        hub.stop_server("alice")
+
+
+def test_the_job_command_submits_lists_follows_and_cancels(hub, capsys):
+    where = ["--api-url", f"{hub.url}/hub/api", "--token", hub.token, "--user", "bob"]
+    assert cli.main(["job", *where, "submit", "--profile", "gpu-1", "train.py", "--", "-v"]) == 0
+    submitted = capsys.readouterr().out
+    job_id = int(submitted.split()[1])
+    assert f"job {job_id} (train.py -v): " in submitted
+    wait_state(hub, "bob", job_id, "running")
+    hub.wait_for(lambda: "training" in job(hub, "bob", job_id)["progress"].get("tail", []))
+
+    assert cli.main(["job", *where, "list"]) == 0
+    listed = capsys.readouterr().out.splitlines()
+    assert listed[0].split()[:4] == ["ID", "STATE", "PROFILE", "RUNS"]
+    assert listed[1].split()[:5] == [str(job_id), "running", "gpu-1", "train.py", "-v"]
+    assert cli.main(["job", *where, "logs", str(job_id)]) == 0
+    assert "training" in capsys.readouterr().out.splitlines()
+
+    assert cli.main(["job", *where, "cancel", str(job_id)]) == 0
+    assert "cancelled" in capsys.readouterr().out
+    assert cli.main(["job", *where, "cancel", str(job_id)]) == 1  # the hub's word, as it said it
+    assert "has already ended (cancelled)" in capsys.readouterr().err
+    hub.wait_for(lambda: len(free(hub)) == 2, what="the job's GPU back")
+
+
+def test_the_gpus_page_shows_a_running_job_its_gpus_and_a_hint(hub, load_file):
+    submitted = submit(hub, "bob", profile="gpu-1", script="train.py")
+    running = wait_state(hub, "bob", submitted["id"], "running")
+    [uuid] = running["gpus"]
+    load_file.write_text(json.dumps({uuid: {"utilization_percent": 60, "memory_used_gib": 79}}))
+    driver = chromium()
+    try:
+        hub.wait_for(lambda: job(hub, "bob", submitted["id"])["hints"], what="the memory hint")
+        log_in(driver, hub.url, "admin", PASSWORD)
+        driver.get(f"{hub.url}/hub/gpus")
+        row = driver.find_element(By.CSS_SELECTOR, f'#jobs-table tr[data-job="{submitted["id"]}"]')
+        assert f"bob / {running['server']}" in row.text
+        assert "running" in row.text and "train.py (gpu-1)" in row.text
+        assert f"{uuid}: 60 %, memory 99 %" in row.text
+        assert "Close to out of memory" in row.text
+    finally:
+        driver.quit()
+        load_file.write_text("{}")
+        hub.api("DELETE", f"/users/bob/gpu-jobs/{submitted['id']}")
+    hub.wait_for(lambda: len(free(hub)) == 2, what="the job's GPU back")
