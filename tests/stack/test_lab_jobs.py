@@ -1,0 +1,245 @@
+"""GPU jobs from JupyterLab's own "Create Job" dialog (jupyter-scheduler, with
+gpuspawner_lab.scheduler as its backend inside a hub's servers).
+
+A real hub and a real JupyterLab in a container, reached in headless Chromium through the
+hub's OAuth: a user creates a job for a notebook in the dialog, the hub has it as theirs
+and runs it on a GPU to the end, and JupyterLab's job list shows it completed with its
+outputs. Then jupyter-scheduler's REST API, as the dialog and the list speak it: the GPU
+profiles as environments, the hub's refusals in its own words, stop and delete cancelling
+through the hub, schedules refused. Outside a hub the image's jupyter-scheduler is stock.
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import pytest
+import requests
+from browser import log_in
+from realhub import NOTEBOOK_IMAGE, PASSWORD, Hub
+from selenium.common.exceptions import TimeoutException
+from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
+from selenium.webdriver.support.ui import WebDriverWait
+
+pytestmark = pytest.mark.docker
+
+CONFIG = """
+c.GPUSpawner.simulate_gpus = 2
+c.GPUSpawner.profiles = [
+    {"display_name": "CPU only", "slug": "cpu", "gpus": 0, "default": True},
+    {"display_name": "1 GPU", "slug": "gpu-1", "gpus": 1},
+    {"display_name": "2 GPUs", "slug": "gpu-2", "gpus": 2},
+]
+c.GPUSpawner.environment = {"GPUSPAWNER_JOB_PROFILES": "gpu-1,gpu-2"}
+c.GPUSpawner.default_limits = {"max_jobs": 0}
+c.GPUSpawner.group_limits = {"trainers": {"max_jobs": 2, "preempt_grace": 5}}
+"""
+
+NOTEBOOK = {
+    "nbformat": 4,
+    "nbformat_minor": 5,
+    "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3"}},
+    "cells": [
+        {"cell_type": "code", "metadata": {}, "source": src, "outputs": [],
+         "execution_count": None, "id": f"c{i}"}
+        for i, src in enumerate(
+            ["import os\nprint('sees', os.environ.get('NVIDIA_VISIBLE_DEVICES'))",
+             "print('total', sum(range(10)))"]
+        )
+    ],
+}  # fmt: skip
+# Runs until it is stopped.
+SLEEPER = {
+    **NOTEBOOK,
+    "cells": [{**NOTEBOOK["cells"][0], "source": "import time\ntime.sleep(600)"}],
+}
+
+
+# The notebook toolbar's button that opens the Create Job dialog.
+CREATE_JOB = '[data-command="scheduling:create-from-notebook"]'
+ENVIRONMENT = '[role="combobox"], [aria-haspopup="listbox"]'  # the dialog's Select
+
+
+def put(hub: Hub, user: str, path: str, text: str) -> None:
+    """A file in the user's home, written as the notebook user (uid 1000)."""
+    hub.docker.containers.run(
+        NOTEBOOK_IMAGE,
+        ["sh", "-c", f"cat > {path} <<'EOF'\n{text}\nEOF"],
+        entrypoint=[],
+        volumes={hub.home_of(user): {"bind": "/home/jovyan", "mode": "rw"}},
+        remove=True,
+    )
+
+
+@pytest.fixture(scope="module")
+def hub(hub_factory) -> Hub:
+    hub = hub_factory(CONFIG)
+    hub.add_users("bob", groups={"trainers": ["bob"]})
+    put(hub, "bob", "train.ipynb", json.dumps(NOTEBOOK))
+    put(hub, "bob", "sleeper.ipynb", json.dumps(SLEEPER))
+    hub.spawn_ready("bob", profile="cpu")  # his JupyterLab: no GPU, jobs get theirs
+    return hub
+
+
+def hub_jobs(hub: Hub, user: str) -> list[dict]:
+    response = hub.api("GET", f"/users/{user}/gpu-jobs")
+    response.raise_for_status()
+    return response.json()["jobs"]
+
+
+def scheduler(hub: Hub, method: str, path: str, **kwargs) -> requests.Response:
+    """jupyter-scheduler's REST API in bob's server, through the hub's proxy (a token that
+    may access his server, as the browser's session may)."""
+    return requests.request(
+        method,
+        f"{hub.url}/user/bob/scheduler/{path}",
+        headers={"Authorization": f"token {hub.token}"},
+        timeout=60,
+        **kwargs,
+    )
+
+
+def row_of(driver, name: str) -> str:
+    """The text of the job list's row for the job called `name`, once it is listed."""
+    rows = driver.find_elements(By.CSS_SELECTOR, "tr")
+    return next((r.text for r in rows if name in r.text), "")
+
+
+def reloaded(driver) -> bool:
+    """Clicks the job list's Reload button."""
+    buttons = [b for b in driver.find_elements(By.CSS_SELECTOR, "button") if b.text == "Reload"]
+    if buttons:
+        buttons[0].click()
+    return bool(buttons)
+
+
+def test_a_job_created_in_jupyterlab_runs_on_the_hub_and_shows_completed(hub: Hub, browser):
+    log_in(browser, hub.url, "bob", PASSWORD)
+    browser.get(f"{hub.url}/user/bob/lab/tree/train.ipynb")
+    wait = WebDriverWait(browser, 120, poll_frequency=0.5)
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, CREATE_JOB))[0].click()
+    name = wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, 'input[name="jobName"]'))[0]
+    name.send_keys(Keys.CONTROL, "a")  # a React field: clear() would come back
+    name.send_keys("GPU training")
+    try:  # the environment: the GPU profile gpu-2, of the two the dialog offers
+        wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, ENVIRONMENT))[0].click()
+        wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, '[data-value="gpu-2"]'))[0].click()
+        wait.until(lambda d: "gpu-2" in d.find_element(By.CSS_SELECTOR, ENVIRONMENT).text)
+    except TimeoutException:
+        browser.save_screenshot("/tmp/lab-jobs-dialog.png")
+        raise
+    create = next(
+        b for b in browser.find_elements(By.CSS_SELECTOR, "button") if b.text.strip() == "Create"
+    )
+    create.click()
+
+    [job] = hub.wait_for(lambda: hub_jobs(hub, "bob"), timeout=30, what="bob's job on the hub")
+    assert (job["user"], job["profile"], job["notebook"]) == ("bob", "gpu-2", "train.ipynb")
+    done = hub.wait_for(
+        lambda: (found := hub_jobs(hub, "bob")[0])["state"] in ("done", "failed") and found,
+        timeout=180,
+        what="the job's end",
+    )
+    assert done["state"] == "done", done
+    assert done["progress"]["cells"] == {"done": 2, "total": 2}
+
+    try:  # the list shows it completed once reloaded (its Reload button: it does not poll)
+        row = WebDriverWait(browser, 90, poll_frequency=2).until(
+            lambda d: (
+                reloaded(d)
+                and "Completed" in row_of(d, "GPU training")
+                and row_of(d, "GPU training")
+            )
+        )
+    except TimeoutException:
+        pytest.fail(f"JupyterLab's job list shows: {row_of(browser, 'GPU training')!r}")
+    assert "train.ipynb" in row and "Notebook" in row, row
+
+    described = scheduler(hub, "GET", f"jobs/{done['server']}").json()
+    assert described["status"] == "COMPLETED" and described["name"] == "GPU training"
+    files = {f["file_format"]: f["file_path"] for f in described["job_files"]}
+    assert files == {
+        "ipynb": f"{done['outputs']}/train.ipynb",
+        "log": f"{done['outputs']}/log.txt",
+        "input": "train.ipynb",
+    }
+
+
+def test_the_dialogs_environments_are_the_users_gpu_profiles(hub: Hub):
+    response = scheduler(hub, "GET", "runtime_environments")
+    assert response.status_code == 200, response.text
+    notebook = [{"name": "ipynb", "label": "Notebook"}]
+    assert [(e["name"], e["output_formats"]) for e in response.json()] == [
+        ("gpu-1", notebook),
+        ("gpu-2", notebook),
+    ]
+
+
+def create(hub: Hub, **fields) -> requests.Response:
+    body = {"name": "run", "input_uri": "train.ipynb", "runtime_environment_name": "gpu-1"}
+    return scheduler(hub, "POST", "jobs", json={**body, **fields})
+
+
+@pytest.mark.parametrize(
+    ("fields", "says"),
+    [
+        ({"runtime_environment_name": "gpu-9"}, "No profile 'gpu-9'"),  # the hub's own words
+        ({"input_uri": "missing.ipynb"}, "'missing.ipynb' does not exist"),
+        ({"parameters": {"lr": "0.1"}}, "takes no parameters"),
+    ],
+)
+def test_a_job_that_cannot_run_is_refused_with_the_reason(hub: Hub, fields, says):
+    before = len(hub_jobs(hub, "bob"))
+    refused = create(hub, **fields)
+    assert refused.status_code == 500 and says in refused.json()["message"], refused.text
+    assert len(hub_jobs(hub, "bob")) == before
+
+
+def test_schedules_are_refused(hub: Hub):
+    body = {"name": "nightly", "input_uri": "train.ipynb", "runtime_environment_name": "gpu-1",
+            "schedule": "0 3 * * *", "timezone": "UTC"}  # fmt: skip
+    refused = scheduler(hub, "POST", "job_definitions", json=body)
+    assert refused.status_code == 500 and "schedules are not supported" in refused.text
+
+
+def test_stop_and_delete_cancel_through_the_hub(hub: Hub):
+    created = create(hub, input_uri="sleeper.ipynb", name="sleeper")
+    assert created.status_code == 200, created.text
+    job_id = created.json()["job_id"]
+    number = int(job_id.removeprefix("job-"))
+    hub.wait_for(
+        lambda: scheduler(hub, "GET", f"jobs/{job_id}").json()["status"] == "IN_PROGRESS",
+        timeout=120,
+        what="the sleeper in progress",
+    )
+    stopped = scheduler(hub, "PATCH", f"jobs/{job_id}", json={"status": "STOPPED"})
+    assert stopped.status_code == 204, stopped.text
+    assert hub.api("GET", f"/users/bob/gpu-jobs/{number}").json()["state"] == "cancelled"
+    hub.wait_for(
+        lambda: scheduler(hub, "GET", f"jobs/{job_id}").json()["status"] == "STOPPED",
+        what="STOPPED in JupyterLab",
+    )
+
+    assert scheduler(hub, "DELETE", f"jobs/{job_id}").status_code == 204
+    listed = [j["job_id"] for j in scheduler(hub, "GET", "jobs").json()["jobs"]]
+    assert job_id not in listed and listed  # off JupyterLab's list; the first job stays
+    assert any(j["id"] == number for j in hub_jobs(hub, "bob"))  # the hub keeps its record
+    hub.wait_gone("bob", f"job-{number}", timeout=60)
+
+
+def test_outside_a_hub_jupyter_scheduler_is_stock(hub: Hub):
+    script = textwrap.dedent(
+        """
+        from gpuspawner_lab.scheduler import GPUJobScheduler, GPUProfiles
+        manager = GPUProfiles()
+        scheduler = GPUJobScheduler(root_dir=".", environments_manager=manager,
+                                    db_url="sqlite://")
+        print(type(manager).__name__, type(scheduler).__name__)
+        """
+    )
+    printed = hub.docker.containers.run(
+        NOTEBOOK_IMAGE, ["python3", "-c", script], entrypoint=[], remove=True
+    ).decode()
+    assert printed.split() == ["CondaEnvironmentManager", "Scheduler"]
