@@ -123,13 +123,10 @@ def test_a_job_created_in_jupyterlab_runs_on_the_hub_and_shows_completed(hub: Hu
     name = wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, 'input[name="jobName"]'))[0]
     name.send_keys(Keys.CONTROL, "a")  # a React field: clear() would come back
     name.send_keys("GPU training")
-    try:  # the environment: the GPU profile gpu-2, of the two the dialog offers
-        wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, ENVIRONMENT))[0].click()
-        wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, '[data-value="gpu-2"]'))[0].click()
-        wait.until(lambda d: "gpu-2" in d.find_element(By.CSS_SELECTOR, ENVIRONMENT).text)
-    except TimeoutException:
-        browser.save_screenshot("/tmp/lab-jobs-dialog.png")
-        raise
+    # the environment: the GPU profile gpu-2, of the two the dialog offers
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, ENVIRONMENT))[0].click()
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, '[data-value="gpu-2"]'))[0].click()
+    wait.until(lambda d: "gpu-2" in d.find_element(By.CSS_SELECTOR, ENVIRONMENT).text)
     create = next(
         b for b in browser.find_elements(By.CSS_SELECTOR, "button") if b.text.strip() == "Create"
     )
