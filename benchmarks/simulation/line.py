@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from gpuspawner.core.line import DEFAULT_RESERVE_AFTER, Waiting, in_order, starting_now
+from gpuspawner.core.line import DEFAULT_RESERVE_AFTER, Outcome, Waiting, in_order, starting_now
 from gpuspawner.core.usage import UsageRecord, decayed_gpu_hours
 
 
@@ -22,7 +22,8 @@ class Line:
     def __init__(self, reserve_after: float = DEFAULT_RESERVE_AFTER) -> None:
         self.reserve_after = reserve_after
         self.ended: list[UsageRecord] = []
-        self.running: dict[int, UsageRecord] = {}  # by server key
+        self.running: dict[int, UsageRecord] = {}  # by server key (jobs' too: the hub's ledger)
+        self.order: list[int] = []  # the keys in line at the latest pass, in line order
 
     def granted(self, key: int, user_id: int, user: str, gpus: int, now: float) -> None:
         self.running[key] = UsageRecord(user_id, user, "", None, gpus, now)
@@ -32,12 +33,28 @@ class Line:
         if record is not None:
             self.ended.append(replace(record, end=now))
 
+    def recent(self, now: float) -> dict[int, float]:
+        """Each user's decayed GPU-hours, servers' and jobs' alike."""
+        return decayed_gpu_hours([*self.ended, *self.running.values()], now)
+
     def starting(
-        self, waiting: Sequence[Waiting], start: Callable[[Waiting], bool], now: float
+        self,
+        waiting: Sequence[Waiting],
+        start: Callable[[Waiting], bool | Outcome],
+        now: float,
+        behind: Callable[[Waiting], None] = lambda w: None,
     ) -> list[Waiting]:
-        """Who of `waiting` starts now; `start` tries to give one its GPUs, for real."""
-        recent = {}
-        if len(waiting) > 1:  # the order matters only with two or more in line
-            recent = decayed_gpu_hours([*self.ended, *self.running.values()], now)
+        """Who of `waiting` starts now; `start` tries to give one its GPUs, for real (a limit
+        that holds it, `Outcome.HELD`, keeps nothing back for it, as in the hub's line);
+        `behind` hears of each that waits behind a start GPUs are kept for (not tried)."""
+        recent = self.recent(now) if len(waiting) > 1 else {}  # order matters from two on
         ordered = in_order(waiting, recent)
-        return starting_now(ordered, lambda w, _: start(w), now, self.reserve_after).starting
+        self.order = [w.key for w in ordered]
+
+        def apart(w: Waiting, starting: Sequence[Waiting], heads: Sequence[Waiting]) -> bool:
+            behind(w)
+            return False
+
+        return starting_now(
+            ordered, lambda w, _: start(w), now, self.reserve_after, fits_apart=apart
+        ).starting

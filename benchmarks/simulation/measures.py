@@ -3,7 +3,9 @@
 GPU time is counted in GPU-minutes, one simulated minute at a time: held (in a
 grant, or for the fixed split, dealt to someone) and busy (held, and the trace
 says the GPUs were working). Waits run from a person's first request to the
-grant, across refusals and retries.
+grant, across refusals and retries. A training run (a job, or under today's
+policies a notebook server of its own) counts apart: its waits are in its
+turnaround, from submission to the end of its run.
 """
 
 from __future__ import annotations
@@ -29,6 +31,15 @@ class Outcome:
     runs_killed: int = 0  # of those, culls that stopped a running GPU job
     lost: int = 0  # GPU-minutes of those runs, thrown away and run again
     capped: int = 0  # fixed split: sessions that got fewer GPUs than they asked for
+    # training runs (jobs, or notebook servers of their own under today's policies)
+    turnarounds: list[float] = field(default_factory=list)  # seconds, submitted → run done
+    unfinished: list[float] = field(default_factory=list)  # seconds, runs not done at the end
+    run_busy: int = 0  # GPU-minutes busy with training runs
+    stopped: int = 0  # runs stopped before their end: jobs that gave way, servers culled
+    needless: int = 0  # of the jobs, those that gave way to a start already freed for
+    run_lost: int = 0  # GPU-minutes of those runs' work thrown away
+    jobs_refused: int = 0  # jobs whose submission was refused (max_jobs reached) at first
+    jobs_failed: int = 0  # jobs stopped at max_runtime
 
     def record(self, held: int, busy: int, wanted: int) -> None:
         self.minutes += 1
@@ -52,6 +63,16 @@ class Outcome:
         until the end, a lower bound on their wait."""
         waits = self.waits + self.still_waiting
         return percentile(waits, fraction) if waits else 0.0
+
+    def turnaround(self, fraction: float) -> float:
+        """A percentile of the training runs' turnaround in seconds; a run not done at the
+        end counts as ending then, a lower bound on its turnaround."""
+        times = self.turnarounds + self.unfinished
+        return percentile(times, fraction) if times else 0.0
+
+    @property
+    def longest_wait(self) -> float:
+        return max(self.waits + self.still_waiting, default=0.0)
 
     @property
     def held_gpu_hours(self) -> float:

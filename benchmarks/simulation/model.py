@@ -4,7 +4,9 @@ Each simulated minute does what the hub and the people do in it:
 1. people who want a GPU server ask: `Pool.allocate` with the person's
    `UserLimits.admit`, exactly as a spawn does. A refusal (409 no capacity, 403
    a limit) sends them away to try again RETRY_MINUTES later; with the queue,
-   they wait in line instead, and the line (`line.Line`) says who starts;
+   they wait in line instead (unless a limit other than their group's quota
+   refuses them, as the hub's line does), and the line (`line.Line`) says who
+   starts;
 2. gpuspawner's monitor (where the policy has it) samples each server's GPUs
    into `Telemetry`, asks `Busyness.of`, keeps `IdleClock`, counts busy GPUs as
    activity and stops what `culling.decide` says; jupyterhub-idle-culler (where
@@ -25,18 +27,26 @@ People, as modelled (each a stated assumption, see benchmarks/README.md):
 - someone coming back to a server of theirs that is still running uses it
   (when it has the GPUs they want; otherwise they stop it and ask anew);
 - starting and removing a container take no time (seconds, against minutes).
+
+A training run started as a notebook server of its own (today's way, on the
+training team's week) is one session more, `runs` says which: its waits and
+its end go to its turnaround, not to people's waits. With jobs, `board.JobsReplay`
+adds the hub's job board to the same minute.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from gpuspawner.core.culling import IdleClock, decide, idle_arbiter
 from gpuspawner.core.gpus import Telemetry
 from gpuspawner.core.limits import LimitExceeded, UserLimits
+from gpuspawner.core.line import Outcome as Tried
 from gpuspawner.core.line import Waiting
 from gpuspawner.core.pool import Holder, NotEnoughGPUs, Pool
+from gpuspawner.core.units import Request
 
 from .line import Line
 from .measures import Outcome
@@ -94,22 +104,34 @@ class Server:
 
 class Replay:
     def __init__(
-        self, sessions: list[Session], site: Site, policy: Policy, start: datetime, minutes: int
+        self,
+        sessions: list[Session],
+        site: Site,
+        policy: Policy,
+        start: datetime,
+        minutes: int,
+        runs: Collection[int] = (),
+        more_users: Sequence[str] = (),
     ) -> None:
         self.site, self.policy, self.minutes = site, policy, minutes
         self.now = 0.0
         self.out = Outcome(site.gpus)
         self.idle = IdleClock()
         self.servers: dict[int, Server] = {}
-        users = list(dict.fromkeys(s.user for s in sessions))
-        keys = list(dict.fromkeys((s.user, s.server) for s in sessions))
-        self.pools = self._books(users)
+        self.users = list(dict.fromkeys([*(s.user for s in sessions), *more_users]))
+        self.keys = list(dict.fromkeys((s.user, s.server) for s in sessions))
+        self.pools = self._books(self.users)
         self.arrivals = [
-            self._work(i, s, users.index(s.user), keys.index((s.user, s.server)), start)
+            self._work(i, s, self.users.index(s.user), self.keys.index((s.user, s.server)), start)
             for i, s in enumerate(sessions)
         ]
+        self.runs = frozenset(runs)  # sessions (by order) that are training runs, not people
+        self.submitted = {w.order: w.due for w in self.arrivals if w.order in self.runs}
         self.asking: list[Work] = []
         self.line = Line() if policy.queue else None
+        self.short: set[int] = set()  # keys whose latest try found too few free GPUs
+        self._done: set[int] = set()  # runs (by order) that got done
+        self.in_line: list[Work] = []  # who waits in line after this minute's pass, in order
 
     def _books(self, users: list[str]) -> dict[str, Pool]:
         """The pool each person draws from: one shared, or for the fixed split, their own
@@ -137,12 +159,29 @@ class Replay:
     def run(self) -> Outcome:
         for minute in range(self.minutes):
             self.now = minute * MINUTE
-            self.ask()
-            self.watch()
-            self.count()
-            self.advance()
-        self.out.still_waiting = [self.now - w.asked for w in self.asking if w.asked is not None]
+            self.step()
+        self.finish()
         return self.out
+
+    def step(self) -> None:
+        """One minute: people ask, the hub watches, the minute is counted, people work."""
+        self.ask()
+        self.watch()
+        self.count()
+        self.advance()
+
+    def finish(self) -> None:
+        """The replay's end: who still waits, and which runs never got done."""
+        self.out.still_waiting = [
+            self.now - w.asked for w in self.asking if w.asked is not None and not self.is_run(w)
+        ]
+        end = self.now + MINUTE
+        self.out.unfinished += [
+            end - due for o, due in self.submitted.items() if o not in self._done
+        ]
+
+    def is_run(self, work: Work) -> bool:
+        return work.order in self.runs
 
     # --- 1. people ask -----------------------------------------------------------------
     def ask(self) -> None:
@@ -159,12 +198,30 @@ class Replay:
                 self.asking.remove(work)
             elif ready is None:
                 needing[work.key] = work
+        self.in_line = []
         if self.line is not None and needing:
             line = [
                 Waiting(w.key, w.user_id, "", 0, w.gpus, w.asked or 0.0) for w in needing.values()
             ]
-            for started in self.line.starting(line, lambda w: self.grant(needing[w.key]), self.now):
-                self.asking.remove(needing[started.key])
+            starting = self.line.starting(
+                line, lambda w: self._try(needing[w.key]), self.now, self._behind
+            )
+            for started in starting:
+                self.asking.remove(needing.pop(started.key))
+            self.in_line = [needing[key] for key in self.line.order if key in needing]
+
+    def _try(self, work: Work) -> Tried:
+        """A start in line tried, as the hub's line tries it: it starts, or it is short of
+        GPUs (what frees up may gather for it), or a limit holds it (its group's quota:
+        passed over, as freed GPUs cannot help it)."""
+        if self.grant(work):
+            return Tried.STARTS
+        return Tried.SHORT if work.key in self.short else Tried.HELD
+
+    def _behind(self, waiting: Waiting) -> None:
+        """A start behind one that freed GPUs are kept for: on whole GPUs nothing is left
+        that the head could not use, so the hub finds it short of GPUs."""
+        self.short.add(waiting.key)
 
     def ready(self, work: Work) -> bool | None:
         """True: `work` goes on on a server of theirs still running; False: it waits for its
@@ -188,15 +245,26 @@ class Replay:
         s = work.session
         holder = Holder(work.key, work.user_id, s.user, s.server)
         admit = None if self.policy.fixed else work.limits.admit
-        try:
-            grant = self.pools[s.user].allocate(holder, work.gpus, admit)
-        except (NotEnoughGPUs, LimitExceeded) as refusal:
-            if self.line is None:
-                reason = "capacity" if isinstance(refusal, NotEnoughGPUs) else "limit"
-                self.out.refusals[reason] += 1
-            work.due = self.now + (RETRY_MINUTES if self.line is None else 1) * MINUTE
+        if self.line is None and self.is_run(work) and self.pools[s.user].free_count() < work.gpus:
+            work.due = self.now + RETRY_MINUTES * MINUTE  # a shortcut: the pool would refuse it
             return False
-        self.out.waits.append(self.now - (work.asked or self.now))
+        try:
+            grant = self.pools[s.user].allocate(holder, Request(gpus=work.gpus), admit)
+        except (NotEnoughGPUs, LimitExceeded) as refusal:
+            short = isinstance(refusal, NotEnoughGPUs)
+            if short:
+                self.short.add(work.key)
+            else:
+                self.short.discard(work.key)
+            waitable = isinstance(refusal, LimitExceeded) and refusal.waitable  # the quota
+            in_line = self.line is not None and (short or waitable)
+            if not in_line and not self.is_run(work):  # people's refusals
+                self.out.refusals["capacity" if short else "limit"] += 1
+            work.due = self.now + (1 if in_line else RETRY_MINUTES) * MINUTE
+            return False
+        self.short.discard(work.key)
+        if not self.is_run(work):
+            self.out.waits.append(self.now - (work.asked or self.now))
         work.asked = None
         self.servers[work.key] = Server(
             work=work,
@@ -264,9 +332,15 @@ class Replay:
         work = server.work
         if work is None:
             return
-        self.out.interrupted += 1
+        if self.is_run(work):  # a training run, stopped: started again, from its start
+            self.out.stopped += 1
+            self.out.run_lost += work.elapsed * server.gpus
+            work.elapsed, work.due = 0, self.now + RETRY_MINUTES * MINUTE
+            self.asking.append(work)
+            return
         segment = work.segment_now()
         work.due = self.now + (segment.minutes - work.elapsed) * MINUTE
+        self.out.interrupted += 1
         if segment.busy:
             self.out.runs_killed += 1
             self.out.lost += work.elapsed * server.gpus
@@ -288,10 +362,18 @@ class Replay:
 
     # --- 3. the minute is counted ----------------------------------------------------------
     def count(self) -> None:
+        held, busy, wanted = self.tally()
+        self.out.record(self.site.gpus if self.policy.fixed else held, busy, wanted)
+
+    def tally(self) -> tuple[int, int, int]:
+        """GPUs held and busy this minute, and GPUs people wait for."""
         held = sum(s.gpus for s in self.servers.values())
         busy = sum(s.gpus for s in self.servers.values() if s.busy)
-        wanted = sum(w.gpus for w in self.asking if w.asked is not None)
-        self.out.record(self.site.gpus if self.policy.fixed else held, busy, wanted)
+        self.out.run_busy += sum(
+            s.gpus for s in self.servers.values() if s.busy and s.work and self.is_run(s.work)
+        )
+        wanted = sum(w.gpus for w in self.asking if w.asked is not None and not self.is_run(w))
+        return held, busy, wanted
 
     # --- 4. people work ----------------------------------------------------------------------
     def advance(self) -> None:
@@ -305,6 +387,9 @@ class Replay:
             work.segment, work.elapsed = work.segment + 1, 0
             if not work.finished:
                 continue
+            if self.is_run(work):
+                self._done.add(work.order)
+                self.out.turnarounds.append(self.now + MINUTE - self.submitted[work.order])
             then = work.session.then
             if then == "stop":
                 self.stop(server)
@@ -313,11 +398,21 @@ class Replay:
 
 
 def replay(
-    sessions: list[Session], site: Site, policy: Policy, minutes: int | None = None
+    sessions: list[Session],
+    site: Site,
+    policy: Policy,
+    minutes: int | None = None,
+    runs: Collection[int] = (),
 ) -> Outcome:
-    """Replay `sessions` from midnight of the first arrival, for whole weeks (or `minutes`)."""
-    start = datetime.combine(sessions[0].arrival.date(), datetime.min.time())
-    if minutes is None:
-        weeks = (sessions[-1].arrival - start).days // 7 + 1
-        minutes = weeks * 7 * 24 * 60
-    return Replay(sessions, site, policy, start, minutes).run()
+    """Replay `sessions` from midnight of the first arrival, for whole weeks (or `minutes`);
+    `runs`: which of them (by index) are training runs on servers of their own."""
+    start, whole = span([s.arrival for s in sessions])
+    return Replay(sessions, site, policy, start, whole if minutes is None else minutes, runs).run()
+
+
+def span(arrivals: Sequence[datetime]) -> tuple[datetime, int]:
+    """Where a replay starts (midnight of the first arrival) and its minutes: whole weeks
+    up to the last arrival."""
+    start = datetime.combine(min(arrivals).date(), datetime.min.time())
+    weeks = (max(arrivals) - start).days // 7 + 1
+    return start, weeks * 7 * 24 * 60

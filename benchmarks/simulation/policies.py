@@ -15,8 +15,10 @@ The baseline is the machine split up front: each person uses only the GPUs
 dealt to them, which nobody else may take, all week.
 The queue row adds gpuspawner's waiting line (core.line, whose hub side is
 still to come) to the best of the culling policies: a start that finds no
-room waits in line instead of being refused. There is no GPU slicing yet:
-when it comes, it is one more row here.
+room waits in line instead of being refused. The jobs row adds gpuspawner's
+jobs to that (`board.JobsReplay`): training runs wait as jobs, fill the GPUs
+nobody waits for, and give way to people's starts. There is no GPU slicing
+yet: when it comes, it is one more row here.
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ class Policy:
     monitor: Busyness | None = None  # gpuspawner's GPU monitor, with what counts as busy
     queue: bool = False  # a start that finds no room waits in gpuspawner's line (core.line)
     shipped: bool = False  # what gpuspawner's example config runs: the targets apply to it
+    jobs: bool = False  # training runs are jobs (with the line: they give way to its starts)
+    grace: float | None = None  # jobs' preempt_grace in seconds, instead of the site's
 
 
 def policies(site: Site) -> tuple[Policy, ...]:
@@ -52,4 +56,33 @@ def policies(site: Site) -> tuple[Policy, ...]:
             monitor=replace(site.busyness, processes_count=True),
         ),
         Policy("pool + queue + GPU-aware culling", culler=True, monitor=site.busyness, queue=True),
+        with_jobs(site),
+    )
+
+
+def with_jobs(site: Site, grace: float | None = None) -> Policy:
+    shown = "" if grace is None else f", preempt_grace {grace:.0f} s"
+    return Policy(
+        f"pool + queue + GPU-aware culling + jobs{shown}",
+        culler=True,
+        monitor=site.busyness,
+        queue=True,
+        jobs=True,
+        grace=grace,
+    )
+
+
+def training_policies(site: Site) -> tuple[Policy, ...]:
+    """The training team's week: its runs as notebook servers under the shipped policy,
+    against its runs as jobs: with the site's preempt_grace,
+    and with one of a minute (what moves people's waits: a start that makes a job give way
+    waits for its grace to run out, at most)."""
+    return (
+        Policy(
+            "runs as servers: pool + GPU-aware culling (shipped)",
+            culler=True,
+            monitor=site.busyness,
+        ),
+        with_jobs(site),
+        with_jobs(site, grace=60.0),
     )

@@ -11,6 +11,7 @@ from __future__ import annotations
 import random
 from datetime import datetime, timedelta
 
+from .jobs import CHECKPOINT_MINUTES, TrainingJob
 from .trace import Segment, Session
 
 WEEK_START = datetime(2026, 11, 30)  # a Monday
@@ -37,6 +38,18 @@ IDLE_SHARE = (0.25, 0.49)
 # Assumption: how a session ends, equally likely (no published figure found).
 ENDINGS = ("stop", "close", "open")
 
+# The training team's backlog (item 8), each an assumption: the researchers' training runs,
+# on top of the week above. It is sized to be more than the machine can run in the week
+# once people have had their GPUs (about 1,100 of its 1,344 GPU-hours): about 1,240
+# GPU-hours of runs, plus the week's own (as jobs, about 140), so that some still wait when
+# the week ends: with less, the machine's busy share would measure the backlog, not the
+# way the GPUs are shared.
+JOBS_WAITING_AT_START = 30  # submitted before the week: all waiting on Monday at 0:00
+JOBS_PER_WEEKDAY = 14  # submitted from 9:00 to 19:00, uniform; none at the weekend
+JOB_SUBMIT_HOURS = (9.0, 19.0)
+JOB_GPUS = {1: 0.5, 2: 0.3, 4: 0.2}  # GPUs a run asks for, with their chances
+JOB_RUN_HOURS = (1.0, 12.0)  # uniform: the work a run needs on its GPUs
+
 
 def generate(seed: int = 1) -> list[Session]:
     """The team's week of demand, in arrival order."""
@@ -50,6 +63,25 @@ def generate(seed: int = 1) -> list[Session]:
             if rng.random() < STUDENT_DAY_CHANCE:
                 sessions.append(_student_day(rng, user, midnight))
     return sorted(sessions, key=lambda s: s.arrival)
+
+
+def generate_backlog(seed: int = 1) -> list[TrainingJob]:
+    """The training team's runs for the week of `generate(seed)`, in submission order (its
+    own random stream: the week of sessions is the same with or without it)."""
+    rng = random.Random(f"backlog-{seed}")
+    jobs = [_run(rng, WEEK_START) for _ in range(JOBS_WAITING_AT_START)]
+    for day in range(WORKDAYS):
+        midnight = WEEK_START + timedelta(days=day)
+        for _ in range(JOBS_PER_WEEKDAY):
+            jobs.append(_run(rng, midnight + timedelta(hours=rng.uniform(*JOB_SUBMIT_HOURS))))
+    return sorted(jobs, key=lambda j: j.submitted)
+
+
+def _run(rng: random.Random, at: datetime) -> TrainingJob:
+    gpus = rng.choices(list(JOB_GPUS), weights=list(JOB_GPUS.values()))[0]
+    minutes = round(rng.uniform(*JOB_RUN_HOURS) * 60)
+    user = rng.choice(RESEARCHERS)
+    return TrainingJob(user, ("researchers",), _minute(at), gpus, minutes, CHECKPOINT_MINUTES)
 
 
 def _student_day(rng: random.Random, user: str, midnight: datetime) -> Session:

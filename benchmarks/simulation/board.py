@@ -1,0 +1,335 @@
+"""The hub's job board (`hub/jobs/board.py`) played on the simulator's clock, for the jobs row.
+
+Each simulated minute, after the people's line pass, as the hub's board does
+after each of its line's passes:
+1. jobs whose grace has run out are gone: their GPUs go back (`Pool.release`)
+   and they wait again (`jobs.step`: ENDED), their run back to its latest
+   checkpoint;
+2. owners submit the jobs due (refused while they have `max_jobs` unfinished:
+   they submit again RETRY_MINUTES later);
+3. for each person's start in line short of GPUs (and allowed to wait,
+   `max_wait` > 0), in line order, the jobs `give_way.giving_way` picks, with
+   `Pool.fits_if_freed` as its test, get SIGTERM and their group's
+   `preempt_grace`: their GPUs are stopping until it has run out;
+4. waiting jobs start in the jobs' order (`line.in_order`: job priority, the
+   user's recent GPU-hours, submission) where they fit, smaller ones behind a
+   larger one that does not (backfill), but none while a person's start that
+   could use the same GPUs is short of them (people first).
+A running job is busy every minute, writes a checkpoint every `checkpoint`
+minutes of its run, is never culled (its limit is `max_runtime`), and ends
+when its run is done. Starting and removing its container take no time.
+
+Two bounds, each the worst case the hub allows: a job that gives way holds its
+GPUs, idle, for its whole grace (a job that exits sooner frees them sooner),
+and it saves nothing on SIGTERM, so what it did since its latest checkpoint is
+lost (a job that saves then loses nothing).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime
+
+from gpuspawner.core.give_way import RunningJob, giving_way
+from gpuspawner.core.job_rules import JobRules, job_rules
+from gpuspawner.core.jobs import Event, JobState, server_of, step
+from gpuspawner.core.limits import LimitExceeded, UserLimits
+from gpuspawner.core.line import Waiting, in_order
+from gpuspawner.core.pool import Holder, NotEnoughGPUs
+from gpuspawner.core.units import Request
+from gpuspawner.core.words import DEFAULT_GROUP
+
+from .jobs import TrainingJob, as_jobs, as_servers
+from .measures import Outcome
+from .model import MINUTE, RETRY_MINUTES, Replay, Work, replay, span
+from .policies import Policy
+from .site import Site
+from .trace import Session
+
+
+@dataclass
+class Job:
+    """One job on the board: where its run stands."""
+
+    run: TrainingJob
+    id: int
+    key: int  # its server's id
+    user_id: int
+    limits: UserLimits
+    rules: JobRules
+    due: float  # when its owner submits it (again)
+    state: JobState | None = None  # None: not submitted yet
+    submitted: float = 0.0
+    done: int = 0  # minutes of its run done
+    saved: int = 0  # minutes of its run in its latest checkpoint
+    started: float = 0.0  # its latest attempt's start
+    preemptions: int = 0
+    stopping_until: float = 0.0  # giving way: when its grace runs out
+    for_key: int = -1  # giving way: the start it gives way to
+    put_off: bool = False  # its submission was refused once (max_jobs reached)
+
+    @property
+    def request(self) -> Request:
+        return Request(gpus=self.run.gpus)
+
+
+class JobsReplay(Replay):
+    def __init__(
+        self,
+        sessions: list[Session],
+        jobs: Sequence[TrainingJob],
+        site: Site,
+        policy: Policy,
+        start: datetime,
+        minutes: int,
+    ) -> None:
+        assert policy.queue and not policy.fixed, "jobs give way to starts waiting in line"
+        super().__init__(sessions, site, policy, start, minutes, more_users=[j.user for j in jobs])
+        self.pool = self.pools[self.users[0]]
+        first = len(self.keys)  # jobs' server ids follow the people's
+        self.jobs = [
+            Job(
+                run,
+                i,
+                first + i,
+                self.users.index(run.user),
+                site.limits.for_user(run.groups),
+                self._rules(run),
+                (run.submitted - start).total_seconds(),
+            )
+            for i, run in enumerate(jobs, 1)
+        ]
+        self.asked = {job.id: job.due for job in self.jobs}  # its first submission
+        self.by_key = {job.key: job for job in self.jobs}
+
+    def _rules(self, run: TrainingJob) -> JobRules:
+        rules = job_rules(self.site.limits, run.groups)
+        grace = self.policy.grace
+        return rules if grace is None else replace(rules, preempt_grace=grace)
+
+    def step(self) -> None:
+        self.end_graces()
+        self.submit()
+        self.ask()
+        self.make_way()
+        self.dispatch()
+        self.over_runtime()
+        self.watch()
+        self.count()
+        self.advance()
+        self.advance_jobs()
+
+    def finish(self) -> None:
+        super().finish()
+        end = self.now + MINUTE
+        self.out.unfinished += [
+            end - self.asked[j.id] for j in self.jobs if j.state is None or not _final(j)
+        ]
+
+    # --- 1. and 2.: jobs gone after their grace, submissions ---------------------------
+    def end_graces(self) -> None:
+        for job in self.jobs:
+            if job.state is JobState.GIVING_WAY and job.stopping_until <= self.now:
+                self._gone(job)
+                job.state = step(job.state, Event.ENDED)
+                job.preemptions += 1
+
+    def submit(self) -> None:
+        for job in self.jobs:
+            if job.state is not None or job.due > self.now:
+                continue
+            most = job.rules.max_jobs.value
+            theirs = sum(
+                j.user_id == job.user_id and j.state is not None and not _final(j)
+                for j in self.jobs
+            )
+            if most is not None and theirs >= most:
+                self.out.jobs_refused += not job.put_off
+                job.put_off = True
+                job.due = self.now + RETRY_MINUTES * MINUTE
+                continue
+            job.state, job.submitted = JobState.WAITING, self.now
+
+    # --- 3. giving way -----------------------------------------------------------------
+    def people_short(self) -> list[Work]:
+        """People's starts in line short of free GPUs that may wait, in line order."""
+        return [
+            w for w in self.in_line if w.key in self.short and w.limits.max_wait.value
+        ]  # max_wait 0: refused at once in the hub, so no job gives way to it
+
+    def make_way(self) -> None:
+        freed = frozenset(
+            u.id for grant in self.pool.grants() if grant.stopping for u in grant.units
+        )
+        for work in self.people_short():
+            if not job_rules(self.site.limits, work.session.groups).preempts:
+                continue
+            request = Request(gpus=work.gpus)
+            if self.pool.fits_if_freed(request, freed):
+                continue  # what is already freeing up will do
+            fits = self._fits_with(request, freed)
+            for victim in giving_way(self.running(), fits, self.now, work.user_id):
+                self.give_way(self.by_key[victim.key], work)
+                freed |= victim.units
+
+    def _fits_with(
+        self, request: Request, freed: frozenset[str]
+    ) -> Callable[[frozenset[str]], bool]:
+        return lambda more: self.pool.fits_if_freed(request, freed | more)
+
+    def running(self) -> list[RunningJob]:
+        running = []
+        for job in self.jobs:
+            grant = self.pool.grant_of(job.key)
+            if job.state is not JobState.RUNNING or grant is None:
+                continue
+            rules = job.rules
+            running.append(
+                RunningJob(
+                    job.key,
+                    job.user_id,
+                    frozenset(u.id for u in grant.units),
+                    rules.priority,
+                    job.started,
+                    rules.min_runtime,
+                    rules.give_way,
+                    job.preemptions,
+                    rules.max_preemptions,
+                )
+            )
+        return running
+
+    def give_way(self, job: Job, to: Work) -> None:
+        """SIGTERM: its GPUs are stopping for its grace; its run goes back to its checkpoint.
+        Counted apart: a job made to give way to a start that jobs already giving way to it
+        free enough whole GPUs for (`Pool.fits_if_freed` counts only held units, not
+        stopping ones, as freed, so the hub's board does not see them freeing up)."""
+        already = sum(
+            j.run.gpus for j in self.jobs if j.state is JobState.GIVING_WAY and j.for_key == to.key
+        )
+        self.out.stopped += 1
+        self.out.needless += already >= to.gpus
+        job.state, job.for_key = step(JobState.RUNNING, Event.GIVE_WAY), to.key
+        self.pool.begin_release(job.key)
+        grace = math.ceil(job.rules.preempt_grace / MINUTE) * MINUTE
+        job.stopping_until = self.now + grace
+        self.out.run_lost += (job.done - job.saved) * job.run.gpus
+        job.done = job.saved
+
+    # --- 4. dispatch -------------------------------------------------------------------
+    def dispatch(self) -> None:
+        free = self.pool.free_count()
+        waiting = [j for j in self.jobs if j.state is JobState.WAITING]
+        if not waiting or not any(j.run.gpus <= free for j in waiting):
+            return  # (a shortcut: the pool would refuse each of them for want of GPUs)
+        people = self.people_short()
+        recent = self.line.recent(self.now) if self.line is not None else {}
+        order = in_order(
+            [
+                Waiting(j.id, j.user_id, DEFAULT_GROUP, j.rules.priority, 0.0, j.submitted)
+                for j in waiting
+            ],
+            recent,
+        )
+        by_id = {j.id: j for j in waiting}
+        for entry in order:
+            job = by_id[entry.key]
+            if any(self._compete(job.request, Request(gpus=w.gpus)) for w in people):
+                continue  # people first
+            if job.run.gpus <= free and self._try_start(job):
+                free -= job.run.gpus
+
+    def _compete(self, job: Request, person: Request) -> bool:
+        return any(job.matches(u) and person.matches(u) for u in self.pool.units)
+
+    def _try_start(self, job: Job) -> bool:
+        holder = Holder(job.key, job.user_id, job.run.user, server_of(job.id))
+        try:
+            grant = self.pool.allocate(holder, job.request, job.limits.admit)
+        except (NotEnoughGPUs, LimitExceeded):
+            return False  # later: what is free does not fit it, or its user holds enough
+        state = step(JobState.WAITING, Event.DISPATCHED)
+        assert state is not None
+        job.state = step(state, Event.UP)  # its container starts at once, as servers' do
+        job.started = self.now
+        if self.line is not None:
+            self.line.granted(job.key, job.user_id, job.run.user, len(grant.units), self.now)
+        return True
+
+    # --- the monitor's tick, the count, the run ------------------------------------------
+    def over_runtime(self) -> None:
+        for job in self.jobs:
+            limit = job.rules.max_runtime.value
+            running = job.state is JobState.RUNNING
+            if running and limit is not None and self.now - job.started >= limit:
+                job.state = step(JobState.RUNNING, Event.OVER_RUNTIME)
+                self._gone(job)
+                self.out.jobs_failed += 1
+
+    def tally(self) -> tuple[int, int, int]:
+        held, busy, wanted = super().tally()
+        for job in self.jobs:
+            if job.state in (JobState.RUNNING, JobState.GIVING_WAY):
+                held += job.run.gpus
+            if job.state is JobState.RUNNING:
+                busy += job.run.gpus
+                self.out.run_busy += job.run.gpus
+        return held, busy, wanted
+
+    def advance_jobs(self) -> None:
+        for job in self.jobs:
+            if job.state is not JobState.RUNNING:
+                continue
+            job.done += 1
+            if job.run.checkpoint and job.done % job.run.checkpoint == 0:
+                job.saved = job.done
+            if job.done >= job.run.minutes:
+                job.state = step(job.state, Event.FINISHED)
+                self._gone(job)
+                self.out.turnarounds.append(self.now + MINUTE - self.asked[job.id])
+
+    def _gone(self, job: Job) -> None:
+        """Its container is gone: its GPUs go back, as in the hub."""
+        self.pool.begin_release(job.key)
+        self.pool.release(job.key)
+        if self.line is not None:
+            self.line.released(job.key, self.now)
+
+
+def _final(job: Job) -> bool:
+    return job.state in (JobState.DONE, JobState.FAILED, JobState.CANCELLED)
+
+
+def replay_week(
+    sessions: list[Session],
+    backlog: Sequence[TrainingJob],
+    site: Site,
+    policy: Policy,
+    minutes: int | None = None,
+) -> Outcome:
+    """A week of sessions and training runs under `policy`: with jobs, the week's own
+    unattended runs and 2- and 4-GPU starts are jobs too (`as_jobs`); without, each run of
+    the backlog is a notebook server of its own (`as_servers`)."""
+    arrivals = [s.arrival for s in sessions] + [j.submitted for j in backlog]
+    start, whole = span(arrivals)
+    minutes = whole if minutes is None else minutes
+    if policy.jobs:
+        people, own = as_jobs(sessions)
+        jobs = sorted([*own, *backlog], key=lambda j: j.submitted)
+        return JobsReplay(people, jobs, site, policy, start, minutes).run()
+    if not backlog:
+        return replay(sessions, site, policy, minutes)
+    runs = as_servers(backlog)
+    every = sorted([*sessions, *runs], key=lambda s: s.arrival)
+    marked = {id(s) for s in runs}
+    return Replay(
+        every, site, policy, start, minutes, [i for i, s in enumerate(every) if id(s) in marked]
+    ).run()
+
+
+def check_jobs(site: Site, jobs: Sequence[TrainingJob]) -> None:
+    """TraceError naming the first run this hub would refuse whatever was free: the same
+    profiles and limits as a server on as many GPUs."""
+    site.check(as_servers(jobs))
