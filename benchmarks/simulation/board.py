@@ -160,24 +160,29 @@ class JobsReplay(Replay):
         ]  # max_wait 0: refused at once in the hub, so no job gives way to it
 
     def make_way(self) -> None:
+        """As the hub's board makes way: what frees up counts, once, for the first to need it."""
         freed = frozenset(
             u.id for grant in self.pool.grants() if grant.stopping for u in grant.units
         )
+        claimed: frozenset[str] = frozenset()
         for work in self.people_short():
             if not job_rules(self.site.limits, work.session.groups).preempts:
                 continue
             request = Request(gpus=work.gpus)
-            if self.pool.fits_if_freed(request, freed):
-                continue  # what is already freeing up will do
-            fits = self._fits_with(request, freed)
-            for victim in giving_way(self.running(), fits, self.now, work.user_id):
-                self.give_way(self.by_key[victim.key], work)
-                freed |= victim.units
+            taken = self.pool.would_take(request, freed, claimed)
+            if taken is None:
+                fits = self._fits_with(request, freed, claimed)
+                chosen = giving_way(self.running(), fits, self.now, work.user_id)
+                for victim in chosen:
+                    self.give_way(self.by_key[victim.key], work)
+                    freed |= victim.units
+                taken = self.pool.would_take(request, freed, claimed) if chosen else None
+            claimed |= taken or frozenset()
 
     def _fits_with(
-        self, request: Request, freed: frozenset[str]
+        self, request: Request, freed: frozenset[str], claimed: frozenset[str]
     ) -> Callable[[frozenset[str]], bool]:
-        return lambda more: self.pool.fits_if_freed(request, freed | more)
+        return lambda more: self.pool.fits_if_freed(request, freed | more, claimed)
 
     def running(self) -> list[RunningJob]:
         running = []

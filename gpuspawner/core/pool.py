@@ -39,6 +39,10 @@ from .units import Request, Unit, bare
 __all__ = ["GONE", "Admission", "DeviceState", "Grant", "Holder", "NotEnoughGPUs", "Usage"]
 
 
+# Units that `fits_if_freed` may count as free: held, or already stopping (freeing up).
+FREEABLE = (DeviceState.ALLOCATED, DeviceState.STOPPING)
+
+
 class AlreadyHolding(Exception):
     """A server asked for GPUs while its earlier grant was never released."""
 
@@ -125,17 +129,30 @@ class Pool(Books):
                 return short
             return None
 
-    def fits_if_freed(self, request: Request, freed: frozenset[str]) -> bool:
-        """Whether `request` could be served now were the units `freed` (held) free too:
-        which jobs must give way for a person's start (`give_way`)."""
+    def fits_if_freed(
+        self, request: Request, freed: frozenset[str], claimed: frozenset[str] = frozenset()
+    ) -> bool:
+        """Whether `request` could be served now were the units `freed` (held or stopping)
+        free too, and none of the units `claimed` (kept for people ahead of it): which jobs
+        must give way for a person's start (`give_way`), counting what already frees up."""
+        return self.would_take(request, freed, claimed) is not None
+
+    def would_take(
+        self, request: Request, freed: frozenset[str], claimed: frozenset[str] = frozenset()
+    ) -> frozenset[str] | None:
+        """The units `request` would get on those terms (`fits_if_freed`); None if none do."""
         with self._lock:
             try:
-                self._choose(request, freed)
+                return frozenset(u.id for u in self._choose(request, freed, claimed))
             except NotEnoughGPUs:
-                return False
-            return True
+                return None
 
-    def _choose(self, request: Request, freed: frozenset[str] = frozenset()) -> tuple[Unit, ...]:
+    def _choose(
+        self,
+        request: Request,
+        freed: frozenset[str] = frozenset(),
+        claimed: frozenset[str] = frozenset(),
+    ) -> tuple[Unit, ...]:
         if request.kind is None:
             return ()
         matching = [u for u in self._units.values() if request.matches(u)]
@@ -144,8 +161,10 @@ class Pool(Books):
         free = [
             u
             for u in matching
-            if self._state(u) is DeviceState.FREE
-            or (u.id in freed and self._state(u) is DeviceState.ALLOCATED)
+            if u.id not in claimed
+            and (
+                self._state(u) is DeviceState.FREE or (u.id in freed and self._state(u) in FREEABLE)
+            )
         ]
         here = one_node(request, free, len(matching), self.policy)
         if request.kind.facts.whole:

@@ -243,8 +243,15 @@ def test_the_pool_says_what_would_fit_were_a_jobs_gpus_free():
     grant = pool.allocate(Holder(1, 1, "alice", "job-1"), 2)
     assert not pool.fits_if_freed(Request(gpus=1), frozenset())
     assert pool.fits_if_freed(Request(gpus=2), frozenset(u.id for u in grant.units))
-    pool.begin_release(1)  # stopping units are not free for anyone yet
-    assert not pool.fits_if_freed(Request(gpus=1), frozenset(u.id for u in grant.units))
+    pool.begin_release(1)  # stopping: free soon, so counted when named, never otherwise
+    ids = frozenset(u.id for u in grant.units)
+    assert pool.fits_if_freed(Request(gpus=2), ids)
+    assert not pool.fits_if_freed(Request(gpus=1), frozenset())
+    # what a start ahead will take is not counted twice
+    taken = pool.would_take(Request(gpus=1), ids)
+    assert taken is not None and len(taken) == 1
+    assert pool.fits_if_freed(Request(gpus=1), ids, claimed=taken)
+    assert not pool.fits_if_freed(Request(gpus=2), ids, claimed=taken)
 
 
 # --- hints ---------------------------------------------------------------------------------
