@@ -249,32 +249,34 @@ class JobBoard:
 
     # --- giving way -----------------------------------------------------------------------
     def _make_way(self) -> None:
-        """For each person's start short of GPUs, in line order, the jobs that give way."""
-        freed: frozenset[str] = frozenset()
-        for grant in self.broker.pool.grants():
-            if grant.stopping:
-                freed |= frozenset(u.id for u in grant.units)
+        """For each person's start short of GPUs, in line order, the jobs that give way. What
+        already frees up counts, and what a start ahead will take is not counted twice."""
+        pool = self.broker.pool
+        freed = frozenset(u.id for g in pool.grants() if g.stopping for u in g.units)
+        claimed: frozenset[str] = frozenset()
         for entry in reading.people_short_of_gpus(self.broker.line):
             found = self.rules_of(entry.holder.user_id)
             if found is None or not found[1].preempts:
                 continue
-            if self.broker.pool.fits_if_freed(entry.request, freed):
-                continue  # what is already freeing up will do
-            chosen = giving_way(
-                self._running_jobs(),
-                self._fits_with(entry.request, freed),
-                self.broker.clock(),
-                entry.holder.user_id,
-            )
-            for victim in chosen:
-                job = self._jobs[victim.key]
-                self._give_way(job, entry.holder)
-                freed |= victim.units
+            request = entry.request
+            taken = pool.would_take(request, freed, claimed)
+            if taken is None:
+                chosen = giving_way(
+                    self._running_jobs(),
+                    self._fits_with(request, freed, claimed),
+                    self.broker.clock(),
+                    entry.holder.user_id,
+                )
+                for victim in chosen:
+                    self._give_way(self._jobs[victim.key], entry.holder)
+                    freed |= victim.units
+                taken = pool.would_take(request, freed, claimed) if chosen else None
+            claimed |= taken or frozenset()
 
     def _fits_with(
-        self, request: Request, freed: frozenset[str]
+        self, request: Request, freed: frozenset[str], claimed: frozenset[str]
     ) -> Callable[[frozenset[str]], bool]:
-        return lambda more: self.broker.pool.fits_if_freed(request, freed | more)
+        return lambda more: self.broker.pool.fits_if_freed(request, freed | more, claimed)
 
     def _give_way(self, job: Job, to: Holder) -> None:
         now = self.broker.clock()
