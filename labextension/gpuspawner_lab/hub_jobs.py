@@ -91,14 +91,9 @@ class Hub:
             if refused.code != 409:  # 409: it has ended already, as stopping wants
                 raise
 
-    async def profiles(self) -> list[dict[str, Any]] | None:
-        """The GPU profiles the user may submit to, or None from a hub that does not say."""
-        try:
-            return list((await self._call("GET", "/profiles"))["profiles"])
-        except HubRefused as refused:
-            if refused.code in (404, 405):
-                return None
-            raise
+    async def profiles(self) -> list[dict[str, Any]]:
+        """The GPU profiles the user may submit to, in the spawn form's order."""
+        return list((await self._call("GET", "/profiles"))["profiles"])
 
     async def _call(self, method: str, path: str = "", body: Any = None) -> Any:
         url = f"{self.api}/users/{quote(self.user, safe='')}/gpu-jobs{path}"

@@ -22,7 +22,6 @@ given in the dialog, and which jobs were deleted from JupyterLab's list.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
 from typing import Any
 
 from jupyter_scheduler.environments import (
@@ -46,7 +45,6 @@ from jupyter_scheduler.scheduler import Scheduler
 
 from .hub_jobs import JOB_PREFIX, NOTEBOOK_FORMAT, Hub, HubRefused, describe, hub_number
 
-PROFILES_ENV = "GPUSPAWNER_JOB_PROFILES"  # "gpu-1,gpu-2": while the hub does not list them
 NO_SCHEDULES = (
     "GPU jobs run once, as soon as GPUs are free: schedules are not supported here. "
     "Choose 'Run now'."
@@ -74,8 +72,6 @@ class GPUProfiles(EnvironmentManager):
             profiles = await self.hub.profiles()
         except HubRefused as refused:  # shown in the dialog, where a bare 500 says nothing
             raise EnvironmentRetrievalError(f"Your GPU profiles: {refused}") from None
-        if profiles is None:
-            profiles = profiles_from(os.environ)
         return [environment(p) for p in profiles]
 
     def manage_environments_command(self) -> str:
@@ -83,12 +79,6 @@ class GPUProfiles(EnvironmentManager):
 
     def output_formats_mapping(self) -> dict[str, str]:
         return {NOTEBOOK_FORMAT: "Notebook"}
-
-
-def profiles_from(environ: Mapping[str, str]) -> list[dict[str, Any]]:
-    """The profiles an admin named in GPUSPAWNER_JOB_PROFILES (`c.Spawner.environment`)."""
-    slugs = [s.strip() for s in environ.get(PROFILES_ENV, "").split(",")]
-    return [{"slug": slug, "display_name": slug} for slug in slugs if slug]
 
 
 def environment(profile: dict[str, Any]) -> RuntimeEnvironment:

@@ -21,6 +21,7 @@ c.GPUSpawner.profiles = [
 LAB_EXTENSIONS = {
     "gpuspawner-lab": "gpuspawner_lab",
     "@jupyter-server/resource-usage": "jupyter_resource_usage",
+    "@jupyterlab/scheduler": "jupyter_scheduler",  # jobs from the Create Job dialog
 }
 GPU_LAB_EXTENSIONS = {"jupyterlab-nvdashboard": "jupyterlab_nvdashboard"}
 

@@ -32,7 +32,6 @@ c.GPUSpawner.profiles = [
     {"display_name": "1 GPU", "slug": "gpu-1", "gpus": 1},
     {"display_name": "2 GPUs", "slug": "gpu-2", "gpus": 2},
 ]
-c.GPUSpawner.environment = {"GPUSPAWNER_JOB_PROFILES": "gpu-1,gpu-2"}
 c.GPUSpawner.default_limits = {"max_jobs": 0}
 c.GPUSpawner.group_limits = {"trainers": {"max_jobs": 2, "preempt_grace": 5}}
 """
@@ -123,10 +122,10 @@ def test_a_job_created_in_jupyterlab_runs_on_the_hub_and_shows_completed(hub: Hu
     name = wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, 'input[name="jobName"]'))[0]
     name.send_keys(Keys.CONTROL, "a")  # a React field: clear() would come back
     name.send_keys("GPU training")
-    # the environment: the GPU profile gpu-2, of the two the dialog offers
+    # the environment: the GPU profile gpu-2 ("2 GPUs"), of the two the dialog offers
     wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, ENVIRONMENT))[0].click()
     wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, '[data-value="gpu-2"]'))[0].click()
-    wait.until(lambda d: "gpu-2" in d.find_element(By.CSS_SELECTOR, ENVIRONMENT).text)
+    wait.until(lambda d: "2 GPUs" in d.find_element(By.CSS_SELECTOR, ENVIRONMENT).text)
     create = next(
         b for b in browser.find_elements(By.CSS_SELECTOR, "button") if b.text.strip() == "Create"
     )
@@ -168,10 +167,10 @@ def test_the_dialogs_environments_are_the_users_gpu_profiles(hub: Hub):
     response = scheduler(hub, "GET", "runtime_environments")
     assert response.status_code == 200, response.text
     notebook = [{"name": "ipynb", "label": "Notebook"}]
-    assert [(e["name"], e["output_formats"]) for e in response.json()] == [
-        ("gpu-1", notebook),
-        ("gpu-2", notebook),
-    ]
+    assert [(e["name"], e["label"], e["output_formats"]) for e in response.json()] == [
+        ("gpu-1", "1 GPU", notebook),
+        ("gpu-2", "2 GPUs", notebook),
+    ]  # the hub's GPU profiles bob's groups may pick, in the form's order: no CPU-only one
 
 
 def create(hub: Hub, **fields) -> requests.Response:

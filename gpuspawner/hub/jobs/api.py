@@ -6,6 +6,7 @@
                                                  with what to fix (nothing is held)
     GET    /hub/api/users/NAME/gpu-jobs/ID       one job
     DELETE /hub/api/users/NAME/gpu-jobs/ID       cancel it (outputs kept)
+    GET    /hub/api/users/NAME/gpu-jobs/profiles the GPU profiles NAME's jobs may use
     GET    /hub/api/gpu-jobs                     every unfinished job (custom:gpus:read)
     POST   /hub/api/users/NAME/servers/job-ID/gpu-job   the runner's progress report
 
@@ -103,6 +104,24 @@ class UserJobHandler(JobsHandler):
         self._answer(self.as_json(board().cancel(job)))
 
 
+class ProfilesHandler(JobsHandler):
+    """The GPU profiles a user's jobs may run on, in the form's order (JupyterLab's Create
+    Job dialog offers them)."""
+
+    def get(self, user_name: str) -> None:
+        access.require_jobs(self, user_name, read=True)
+        user = self._owner(user_name)
+        limits = Broker.current().site.limits.for_user(
+            {g.name for g in user.groups}, bool(user.admin)
+        )
+        offered = [
+            {"slug": p.slug, "display_name": p.display_name, "description": p.description}
+            for p in Broker.current().site.profiles
+            if p.request.kind is not None and limits.may_pick(p.slug)
+        ]
+        self._answer({"profiles": offered})
+
+
 class AllJobsHandler(JobsHandler):
     def get(self) -> None:
         access.require(self, access.READ)
@@ -165,6 +184,7 @@ def handlers(hub_prefix: str) -> list[tuple[str, type]]:
     return [
         (url_path_join(hub_prefix, "api/gpu-jobs"), AllJobsHandler),
         (f"{user}/gpu-jobs", UserJobsHandler),
+        (f"{user}/gpu-jobs/profiles", ProfilesHandler),
         (rf"{user}/gpu-jobs/(\d+)", UserJobHandler),
         (rf"{user}/servers/({SERVER_PREFIX}\d+)/gpu-job", ReportHandler),
     ]
