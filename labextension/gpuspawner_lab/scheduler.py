@@ -84,8 +84,11 @@ class GPUProfiles(EnvironmentManager):
 def environment(profile: dict[str, Any]) -> RuntimeEnvironment:
     return RuntimeEnvironment(
         name=profile["slug"],
-        label=profile.get("display_name") or profile["slug"],
-        description=profile.get("description")
+        # jupyter-scheduler's dialog submits an environment's label as its name: the slug
+        label=profile["slug"],
+        description=" — ".join(
+            text for text in (profile.get("display_name"), profile.get("description")) if text
+        )
         or "A GPU profile: the job waits for free GPUs and gives way to people's starts",
         file_extensions=[NOTEBOOK_FORMAT],
         output_formats=[NOTEBOOK_FORMAT],

@@ -125,7 +125,7 @@ def test_a_job_created_in_jupyterlab_runs_on_the_hub_and_shows_completed(hub: Hu
     # the environment: the GPU profile gpu-2 ("2 GPUs"), of the two the dialog offers
     wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, ENVIRONMENT))[0].click()
     wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, '[data-value="gpu-2"]'))[0].click()
-    wait.until(lambda d: "2 GPUs" in d.find_element(By.CSS_SELECTOR, ENVIRONMENT).text)
+    wait.until(lambda d: "gpu-2" in d.find_element(By.CSS_SELECTOR, ENVIRONMENT).text)
     create = next(
         b for b in browser.find_elements(By.CSS_SELECTOR, "button") if b.text.strip() == "Create"
     )
@@ -167,7 +167,7 @@ def test_the_dialogs_environments_are_the_users_gpu_profiles(hub: Hub):
     response = scheduler(hub, "GET", "runtime_environments")
     assert response.status_code == 200, response.text
     notebook = [{"name": "ipynb", "label": "Notebook"}]
-    assert [(e["name"], e["label"], e["output_formats"]) for e in response.json()] == [
+    assert [(e["name"], e["description"], e["output_formats"]) for e in response.json()] == [
         ("gpu-1", "1 GPU", notebook),
         ("gpu-2", "2 GPUs", notebook),
     ]  # the hub's GPU profiles bob's groups may pick, in the form's order: no CPU-only one
