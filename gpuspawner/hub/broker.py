@@ -139,6 +139,10 @@ class Broker:
         """The hub's jobs, where it serves them."""
         return self._jobs
 
+    def job_awaits_start(self, server_id: int) -> bool:
+        """Whether GPUs were taken for a job whose server is about to start."""
+        return self._jobs is not None and self._jobs.awaiting_start(server_id)
+
     def serve_jobs(self, jobs: JobsPart) -> None:
         """At hub start, once the jobs are read back: from now on they hear of the line's
         passes and of releases."""

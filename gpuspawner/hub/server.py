@@ -17,7 +17,6 @@ a `Start` until the server ends.
 from __future__ import annotations
 
 import asyncio
-import json
 import math
 import sys
 import time
@@ -39,11 +38,9 @@ from ..core.units import units_in_words
 from ..core.words import duration, from_group, your_server
 from . import access, budgets, line_status, notices, spawn_page, startup
 from .broker import Broker, BrokerNotRunning
+from .jobs import launch
 from .jobs.launch import Launch
 from .refusals import Refused, failed_start, refused_start
-
-JOB_RUNNER = "gpuspawner-job"  # in the notebook images (labextension/gpuspawner_lab/job.py)
-JOB_ENV = "GPUSPAWNER_JOB"  # what it runs, as JSON (core.jobs.JobSpec.for_runner)
 
 LINKS_CANNOT_START = (
     "A link cannot start a server: check the choice below and press Start. "
@@ -179,8 +176,36 @@ class GPUServer(GPUSettings, EngineSpawner):
         profile = self._chosen_profile(limits)
         jobs = self.broker.jobs
         job = jobs.launching(self.orm_spawner.id) if jobs is not None else None
-        if job is not None:  # its GPUs were taken as it was dispatched
-            return await self._start_job(job, profile)
+        if job is None:  # (a job's GPUs were taken, and its budget checked, as it was dispatched)
+            await self._may_start(profile, limits)
+        self._apply_overrides(dict(profile.spawner_override))
+        timeout = self._timeout_without_wait or int(getattr(self, "start_timeout"))  # noqa: B009
+        self.current_start = begun = Start(profile, timeout, job=job)
+        try:
+            await self.prepare_storage()  # before the GPUs: a storage problem takes nothing
+            await self.prepare_image()  # and so does an image that is not here
+        except BaseException:
+            if job is not None:
+                self._release_when_gone(self.object_id)
+            raise
+        begun.grant = job.grant if job is not None else await self._take(profile, limits)
+        self.stop_notice = None
+        self.restart_on_cpu = False
+        gpu_server = begun.profile.request.kind is not None
+        self.idle_limit = limits.duration("idle_timeout" if gpu_server else "cpu_idle_timeout")
+        if job is not None:  # the images' runner runs it; it is never idle, it ends by itself
+            self.cmd, self.idle_limit = [launch.RUNNER], None
+        self.reserved.set()
+        self.log.info(
+            "gpuspawner: %s gets %s (%s)%s",
+            self._log_name,
+            begun.profile.slug,
+            ", ".join(begun.grant.uuids) or "no GPU",
+            f" for {job.job.spec.path}" if job is not None else "",
+        )
+        return await self._start_container(begun)
+
+    async def _may_start(self, profile: Profile, limits: UserLimits) -> None:
         self._check_budget(profile, limits)
         if not await self.broker.settled(self.orm_spawner.id):
             raise refused_start(
@@ -190,53 +215,12 @@ class GPUServer(GPUSettings, EngineSpawner):
                 "capacity",
                 409,
             )
-        self._apply_overrides(dict(profile.spawner_override))
-        timeout = self._timeout_without_wait or int(getattr(self, "start_timeout"))  # noqa: B009
-        self.current_start = begun = Start(profile, timeout)
-        await self.prepare_storage()  # before the GPUs: a storage problem takes nothing
-        await self.prepare_image()  # and so does an image that is not here
-        begun.grant = await self._take(profile, limits)
-        self.stop_notice = None
-        self.restart_on_cpu = False
-        gpu_server = begun.profile.request.kind is not None
-        self.idle_limit = limits.duration("idle_timeout" if gpu_server else "cpu_idle_timeout")
-        self.reserved.set()
-        self.log.info(
-            "gpuspawner: %s gets %s (%s)",
-            self._log_name,
-            begun.profile.slug,
-            ", ".join(begun.grant.uuids) or "no GPU",
-        )
-        return await self._start_container(begun)
-
-    async def _start_job(self, job: Launch, profile: Profile) -> Any:
-        """A job's server: the images' `gpuspawner-job` runs the job, then ends the server."""
-        self._apply_overrides(dict(profile.spawner_override))
-        timeout = self._timeout_without_wait or int(getattr(self, "start_timeout"))  # noqa: B009
-        self.current_start = begun = Start(profile, timeout, grant=job.grant, job=job)
-        try:
-            await self.prepare_storage()
-            await self.prepare_image()
-        except BaseException:
-            self._release_when_gone(self.object_id)
-            raise
-        self.cmd = [JOB_RUNNER]
-        self.idle_limit = None  # a running job is never idle: it ends when its run ends
-        self.reserved.set()
-        self.log.info(
-            "gpuspawner: %s runs %s on %s",
-            self._log_name,
-            job.job.spec.path,
-            ", ".join(job.grant.uuids),
-        )
-        return await self._start_container(begun)
 
     def get_env(self) -> dict[str, str]:
         env: dict[str, str] = super().get_env()
         begun = self.current_start
         if begun is not None and begun.job is not None:
-            job = begun.job.job
-            env[JOB_ENV] = json.dumps(job.spec.for_runner(job.id, job.attempts))
+            env.update(launch.runner_environment(begun.job.job))
         return env
 
     def _chosen_profile(self, limits: UserLimits) -> Profile:
@@ -321,7 +305,9 @@ class GPUServer(GPUSettings, EngineSpawner):
         self.current_start = None
         self.reserved.clear()
         self.idle_limit = None
-        if not self.books_call(lambda broker: _job_about_to_start(broker, self.orm_spawner.id)):
+        # JupyterHub clears the state as a spawn begins: a job's GPUs, taken as it was
+        # dispatched, are for the start that follows, not a leftover to release
+        if not self.books_call(lambda broker: broker.job_awaits_start(self.orm_spawner.id)):
             self._release_when_gone(container_id, creating)
 
     async def stop(self, now: bool = False) -> None:
@@ -403,13 +389,6 @@ class GPUServer(GPUSettings, EngineSpawner):
             return call(Broker.current())
         except BrokerNotRunning:
             return None
-
-
-def _job_about_to_start(broker: Broker, server_id: int) -> bool:
-    """JupyterHub clears a server's state as its spawn begins: a job's GPUs, taken as it was
-    dispatched, are for the start that follows, not a leftover to release."""
-    jobs = broker.jobs
-    return jobs is not None and jobs.awaiting_start(server_id)
 
 
 if "jupyterhub.app" in sys.modules:  # loaded by a hub: start the broker before any spawn

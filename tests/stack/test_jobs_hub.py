@@ -12,7 +12,8 @@ import textwrap
 
 import pytest
 from browser import chromium, log_in
-from realhub import LIGHT_SERVER, NOTEBOOK_IMAGE, PASSWORD, Hub
+from jobkit import ADDS_UP, SEES_ITS_GPUS, in_home, notebook, put, read
+from realhub import LIGHT_SERVER, PASSWORD, Hub
 from selenium.webdriver.common.by import By
 
 from gpuspawner.admin import cli
@@ -35,22 +36,6 @@ c.GPUSpawner.group_limits = {{
 }}
 """
 
-NOTEBOOK = {
-    "nbformat": 4,
-    "nbformat_minor": 5,
-    "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3"}},
-    "cells": [
-        {"cell_type": "code", "metadata": {}, "source": src, "outputs": [],
-         "execution_count": None, "id": f"c{i}"}
-        for i, src in enumerate(
-            ["import os\nprint('sees', os.environ.get('NVIDIA_VISIBLE_DEVICES'))",
-             "total = sum(range(10))\nprint('total', total)"]
-        )
-    ],
-}  # fmt: skip
-BROKEN = {**NOTEBOOK, "cells": [*NOTEBOOK["cells"][:1], {
-    "cell_type": "code", "metadata": {}, "source": "raise ValueError('bad data')",
-    "outputs": [], "execution_count": None, "id": "boom"}]}  # fmt: skip
 # Runs until SIGTERM, then saves its "checkpoint" and ends: the documented contract.
 TRAIN = textwrap.dedent(
     """
@@ -71,42 +56,15 @@ TRAIN = textwrap.dedent(
 def hub(hub_factory, load_file) -> Hub:
     hub = hub_factory(CONFIG.format(load=str(load_file), light=LIGHT_SERVER))
     hub.add_users("bob", "alice", "carol", groups={"trainers": ["bob"], "people": ["alice"]})
-    put(hub, "bob", "train.ipynb", json.dumps(NOTEBOOK))
-    put(hub, "bob", "broken.ipynb", json.dumps(BROKEN))
+    put(hub, "bob", "train.ipynb", notebook(SEES_ITS_GPUS, ADDS_UP))
+    put(hub, "bob", "broken.ipynb", notebook(SEES_ITS_GPUS, "raise ValueError('bad data')"))
     put(hub, "bob", "train.py", TRAIN)
     return hub
 
 
-def put(hub: Hub, user: str, path: str, text: str) -> None:
-    """A file in the user's home, written as the notebook user (uid 1000)."""
-    hub.docker.containers.run(
-        NOTEBOOK_IMAGE,
-        ["sh", "-c", f"cat > {path} <<'EOF'\n{text}\nEOF"],
-        entrypoint=[],
-        volumes={hub.home_of(user): {"bind": "/home/jovyan", "mode": "rw"}},
-        remove=True,
-    )
-
-
-def read(hub: Hub, user: str, path: str) -> str:
-    return hub.docker.containers.run(
-        NOTEBOOK_IMAGE,
-        ["cat", path],
-        entrypoint=[],
-        volumes={hub.home_of(user): {"bind": "/home/jovyan", "mode": "ro"}},
-        remove=True,
-    ).decode()
-
-
 def checkpoints(hub: Hub) -> int:
     """How often bob's train.py saved its checkpoint on SIGTERM."""
-    saved = hub.docker.containers.run(
-        NOTEBOOK_IMAGE,
-        ["sh", "-c", "cat checkpoint.txt 2>/dev/null || true"],
-        entrypoint=[],
-        volumes={hub.home_of("bob"): {"bind": "/home/jovyan", "mode": "ro"}},
-        remove=True,
-    ).decode()
+    saved = in_home(hub, "bob", ["sh", "-c", "cat checkpoint.txt 2>/dev/null || true"], "ro")
     return saved.count("saved")
 
 

@@ -11,12 +11,12 @@ through the hub, schedules refused. Outside a hub the image's jupyter-scheduler 
 
 from __future__ import annotations
 
-import json
 import textwrap
 
 import pytest
 import requests
 from browser import log_in
+from jobkit import ADDS_UP, SEES_ITS_GPUS, notebook, put
 from realhub import NOTEBOOK_IMAGE, PASSWORD, Hub
 from selenium.common.exceptions import TimeoutException
 from selenium.webdriver.common.by import By
@@ -36,48 +36,18 @@ c.GPUSpawner.default_limits = {"max_jobs": 0}
 c.GPUSpawner.group_limits = {"trainers": {"max_jobs": 2, "preempt_grace": 5}}
 """
 
-NOTEBOOK = {
-    "nbformat": 4,
-    "nbformat_minor": 5,
-    "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3"}},
-    "cells": [
-        {"cell_type": "code", "metadata": {}, "source": src, "outputs": [],
-         "execution_count": None, "id": f"c{i}"}
-        for i, src in enumerate(
-            ["import os\nprint('sees', os.environ.get('NVIDIA_VISIBLE_DEVICES'))",
-             "print('total', sum(range(10)))"]
-        )
-    ],
-}  # fmt: skip
-# Runs until it is stopped.
-SLEEPER = {
-    **NOTEBOOK,
-    "cells": [{**NOTEBOOK["cells"][0], "source": "import time\ntime.sleep(600)"}],
-}
-
 
 # The notebook toolbar's button that opens the Create Job dialog.
 CREATE_JOB = '[data-command="scheduling:create-from-notebook"]'
 ENVIRONMENT = '[role="combobox"], [aria-haspopup="listbox"]'  # the dialog's Select
 
 
-def put(hub: Hub, user: str, path: str, text: str) -> None:
-    """A file in the user's home, written as the notebook user (uid 1000)."""
-    hub.docker.containers.run(
-        NOTEBOOK_IMAGE,
-        ["sh", "-c", f"cat > {path} <<'EOF'\n{text}\nEOF"],
-        entrypoint=[],
-        volumes={hub.home_of(user): {"bind": "/home/jovyan", "mode": "rw"}},
-        remove=True,
-    )
-
-
 @pytest.fixture(scope="module")
 def hub(hub_factory) -> Hub:
     hub = hub_factory(CONFIG)
     hub.add_users("bob", groups={"trainers": ["bob"]})
-    put(hub, "bob", "train.ipynb", json.dumps(NOTEBOOK))
-    put(hub, "bob", "sleeper.ipynb", json.dumps(SLEEPER))
+    put(hub, "bob", "train.ipynb", notebook(SEES_ITS_GPUS, ADDS_UP))
+    put(hub, "bob", "sleeper.ipynb", notebook("import time\ntime.sleep(600)"))  # till stopped
     hub.spawn_ready("bob", profile="cpu")  # his JupyterLab: no GPU, jobs get theirs
     return hub
 

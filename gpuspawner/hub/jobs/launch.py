@@ -10,12 +10,21 @@ does) when its container ends by itself.
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass
 from typing import Any
 
 from ...core.pool import Grant
 from ...records.jobs import Job
+
+RUNNER = "gpuspawner-job"  # in the notebook images (labextension/gpuspawner_lab/job.py)
+JOB_ENV = "GPUSPAWNER_JOB"  # what it runs, as JSON (core.jobs.JobSpec.for_runner)
+
+
+def runner_environment(job: Job) -> dict[str, str]:
+    """What a job's server's runner is told."""
+    return {JOB_ENV: json.dumps(job.spec.for_runner(job.id, job.attempts))}
 
 
 @dataclass(frozen=True)
