@@ -47,6 +47,7 @@ from .refusals import refused
 from .removals import Removals
 
 if TYPE_CHECKING:
+    from ..records.jobs import Job
     from .jobs.launch import Launch
 
 RECENT_USE_HALF_LIVES = 10  # use older than this many half-lives counts for less than 0.1 %
@@ -65,6 +66,8 @@ class JobsPart(Protocol):
     def awaiting_start(self, server_id: int) -> bool: ...
 
     def is_job(self, user_id: int, server: str) -> bool: ...
+
+    def unfinished(self) -> list[Job]: ...
 
 
 class BrokerNotRunning(RuntimeError):

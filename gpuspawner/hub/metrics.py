@@ -176,6 +176,27 @@ class LineCollector(Collector):
         yield waiting
 
 
+class JobsCollector(Collector):
+    """The running hub's jobs that have not ended, by state, read at scrape time."""
+
+    def collect(self) -> Iterator[Metric]:
+        try:
+            jobs = Broker.current().jobs
+        except BrokerNotRunning:
+            return
+        counts = dict.fromkeys(("waiting", "starting", "running", "giving way"), 0)
+        for job in jobs.unfinished() if jobs is not None else []:
+            counts[str(job.state)] += 1
+        gauge = GaugeMetricFamily(
+            "gpuspawner_jobs",
+            "Jobs that have not ended, by state: waiting, starting, running, giving way.",
+            labels=["state"],
+        )
+        for state, count in counts.items():
+            gauge.add_metric([state], count)
+        yield gauge
+
+
 class UsageCounters:
     """A monitor listener: each tick adds the GPU-seconds every grant held since the last
     tick, and its busy ones where the tick judged its GPUs busy (as the usage ledger counts).
@@ -220,4 +241,5 @@ def register_once() -> None:
     if not _registered:
         REGISTRY.register(PoolCollector())
         REGISTRY.register(LineCollector())
+        REGISTRY.register(JobsCollector())
         _registered = True

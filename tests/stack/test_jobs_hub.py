@@ -33,6 +33,7 @@ c.GPUSpawner.default_limits = {{"max_jobs": 0}}
 c.GPUSpawner.group_limits = {{
     "people": {{"max_wait": 900}},
     "trainers": {{"max_jobs": 2, "preempt_grace": 20}},
+    "sprinters": {{"max_jobs": 1, "max_runtime": 8, "preempt_grace": 10}},
 }}
 """
 
@@ -55,7 +56,11 @@ TRAIN = textwrap.dedent(
 @pytest.fixture(scope="module")
 def hub(hub_factory, load_file) -> Hub:
     hub = hub_factory(CONFIG.format(load=str(load_file), light=LIGHT_SERVER))
-    hub.add_users("bob", "alice", "carol", groups={"trainers": ["bob"], "people": ["alice"]})
+    hub.add_users(
+        "bob", "alice", "carol", "sam",
+        groups={"trainers": ["bob"], "people": ["alice"], "sprinters": ["sam"]},
+    )  # fmt: skip
+    put(hub, "sam", "train.py", TRAIN)
     put(hub, "bob", "train.ipynb", notebook(SEES_ITS_GPUS, ADDS_UP))
     put(hub, "bob", "broken.ipynb", notebook(SEES_ITS_GPUS, "raise ValueError('bad data')"))
     put(hub, "bob", "train.py", TRAIN)
@@ -110,7 +115,7 @@ def test_a_notebook_job_runs_on_exactly_its_gpus_and_keeps_its_output(hub):
     executed = json.loads(read(hub, "bob", f"{done['outputs']}/train.ipynb"))
     texts = ["".join(o.get("text", "")) for c in executed["cells"] for o in c["outputs"]]
     assert texts == [f"sees {running['gpus'][0]}\n", "total 45\n"]
-    hub.wait_for(lambda: len(free(hub)) == 2, what="the job's GPU back in the pool")
+    hub.wait_for(lambda: len(free(hub)) == 2, timeout=90, what="the job's GPU back in the pool")
     hub.wait_gone("bob", running["server"])
 
 
@@ -120,7 +125,7 @@ def test_a_failed_notebook_job_keeps_its_error_and_gives_its_gpu_back(hub):
     assert "bad data" in failed["reason"]
     executed = json.loads(read(hub, "bob", f"{failed['outputs']}/broken.ipynb"))
     assert executed["cells"][1]["outputs"][0]["ename"] == "ValueError"
-    hub.wait_for(lambda: len(free(hub)) == 2, what="the failed job's GPU back")
+    hub.wait_for(lambda: len(free(hub)) == 2, timeout=90, what="the failed job's GPU back")
 
 
 def test_a_persons_start_makes_a_job_give_way_and_the_job_runs_again(hub):
@@ -149,7 +154,7 @@ def test_a_persons_start_makes_a_job_give_way_and_the_job_runs_again(hub):
     cancelled = hub.api("DELETE", f"/users/bob/gpu-jobs/{submitted['id']}")
     assert cancelled.status_code == 200, cancelled.text
     assert cancelled.json()["state"] == "cancelled"
-    hub.wait_for(lambda: len(free(hub)) == 2, what="the cancelled job's GPUs back")
+    hub.wait_for(lambda: len(free(hub)) == 2, timeout=90, what="the cancelled job's GPUs back")
     assert checkpoints(hub) == saved + 2
 
 
@@ -196,7 +201,7 @@ def test_a_running_job_runs_on_through_a_hub_kill_9_and_is_recovered(hub):
 
     cancelled = hub.api("DELETE", f"/users/bob/gpu-jobs/{submitted['id']}")
     assert cancelled.json()["state"] == "cancelled"
-    hub.wait_for(lambda: len(free(hub)) == 2, what="the recovered job's GPU back")
+    hub.wait_for(lambda: len(free(hub)) == 2, timeout=90, what="the recovered job's GPU back")
     assert checkpoints(hub) == before + 1
 
 
@@ -240,7 +245,7 @@ def test_the_job_command_submits_lists_follows_and_cancels(hub, capsys):
     assert "cancelled" in capsys.readouterr().out
     assert cli.main(["job", *where, "cancel", str(job_id)]) == 1  # the hub's word, as it said it
     assert "has already ended (cancelled)" in capsys.readouterr().err
-    hub.wait_for(lambda: len(free(hub)) == 2, what="the job's GPU back")
+    hub.wait_for(lambda: len(free(hub)) == 2, timeout=90, what="the job's GPU back")
 
 
 def test_the_gpus_page_shows_a_running_job_its_gpus_and_a_hint(hub, load_file):
@@ -262,4 +267,26 @@ def test_the_gpus_page_shows_a_running_job_its_gpus_and_a_hint(hub, load_file):
         driver.quit()
         load_file.write_text("{}")
         hub.api("DELETE", f"/users/bob/gpu-jobs/{submitted['id']}")
-    hub.wait_for(lambda: len(free(hub)) == 2, what="the job's GPU back")
+    hub.wait_for(lambda: len(free(hub)) == 2, timeout=90, what="the job's GPU back")
+
+
+def test_a_job_past_its_max_runtime_is_stopped_its_work_saved_and_never_idle_meanwhile(hub):
+    submitted = submit(hub, "sam", profile="gpu-1", script="train.py")
+    running = wait_state(hub, "sam", submitted["id"], "running")
+    first = hub.wait_for(lambda: hub.server_model("sam", running["server"])["last_activity"])
+    # its GPU is idle, yet the culler sees activity: a running job is never idle
+    hub.wait_for(
+        lambda: hub.server_model("sam", running["server"])["last_activity"] > first,
+        what="activity recorded for a job with an idle GPU",
+    )
+    failed = wait_state(hub, "sam", submitted["id"], "failed", timeout=60)
+    assert "max_runtime" in failed["reason"] and "sprinters" in failed["reason"]
+    hub.wait_for(lambda: len(free(hub)) == 2, timeout=90, what="its GPU back")
+    assert "saved" in in_home(hub, "sam", ["cat", "checkpoint.txt"], "ro")  # SIGTERM, grace
+    states = {
+        labels[0][1]: value
+        for (name, labels), value in hub.metrics().items()
+        if name == "gpuspawner_jobs"
+    }
+    assert states == {"waiting": 0, "starting": 0, "running": 0, "giving way": 0}
+    assert hub.metrics()[("gpuspawner_jobs_ended_total", (("state", "failed"),))] >= 1
