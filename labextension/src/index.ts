@@ -6,6 +6,7 @@
  * a status bar item, the details when it is clicked, and a warning before a
  * policy stops the server. Every sentence comes from the hub, so users read the
  * same words here as on the spawn page; the hub also says when to ask again.
+ * Beside it, jobs.ts: a notice when one of the user's GPU jobs ends or gives way.
  */
 import {
   JupyterFrontEnd,
@@ -17,6 +18,8 @@ import { ServerConnection } from '@jupyterlab/services';
 import { IStatusBar } from '@jupyterlab/statusbar';
 import { Poll } from '@lumino/polling';
 import { Widget } from '@lumino/widgets';
+
+import { jobNotices } from './jobs';
 
 interface IGPU {
   uuid: string;
@@ -187,4 +190,4 @@ const plugin: JupyterFrontEndPlugin<void> = {
   }
 };
 
-export default plugin;
+export default [plugin, jobNotices];
