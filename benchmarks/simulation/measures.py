@@ -24,6 +24,9 @@ class Outcome:
     busy: list[int] = field(default_factory=list)  # GPUs busy, minute by minute
     wanted: list[int] = field(default_factory=list)  # GPUs people were waiting for
     waits: list[float] = field(default_factory=list)  # seconds, one per granted request
+    # seconds: of the waits (still_waiting too), those that a quota held at some point (the
+    # person's own or their group's GPUs all in use: a wait the admin's limits chose)
+    quota_waits: list[float] = field(default_factory=list)
     still_waiting: list[float] = field(default_factory=list)  # seconds, ungranted at the end
     refusals: Counter[str] = field(default_factory=Counter)  # "capacity", "limit"
     culls: Counter[str] = field(default_factory=Counter)  # why servers were stopped
@@ -40,6 +43,11 @@ class Outcome:
     run_lost: int = 0  # GPU-minutes of those runs' work thrown away
     jobs_refused: int = 0  # jobs whose submission was refused (max_jobs reached) at first
     jobs_failed: int = 0  # jobs stopped at max_runtime
+
+    def record_wait(self, seconds: float, quota_held: bool) -> None:
+        self.waits.append(seconds)
+        if quota_held:
+            self.quota_waits.append(seconds)
 
     def record(self, held: int, busy: int, wanted: int) -> None:
         self.minutes += 1

@@ -75,6 +75,7 @@ class Work:
     elapsed: int = 0  # minutes into the segment
     due: float = 0.0  # when it asks (again)
     asked: float | None = None  # its first request since it last had a server
+    quota_held: bool = False  # since then, a quota held it (its own or its group's GPUs)
     rerun: int | None = None  # a segment whose run was stopped: run again, at the notebook
 
     def segment_now(self) -> Segment:
@@ -172,9 +173,9 @@ class Replay:
 
     def finish(self) -> None:
         """The replay's end: who still waits, and which runs never got done."""
-        self.out.still_waiting = [
-            self.now - w.asked for w in self.asking if w.asked is not None and not self.is_run(w)
-        ]
+        waiting = [w for w in self.asking if w.asked is not None and not self.is_run(w)]
+        self.out.still_waiting = [self.now - (w.asked or 0.0) for w in waiting]
+        self.out.quota_waits += [self.now - (w.asked or 0.0) for w in waiting if w.quota_held]
         end = self.now + MINUTE
         self.out.unfinished += [
             end - due for o, due in self.submitted.items() if o not in self._done
@@ -256,6 +257,7 @@ class Replay:
                 self.short.add(work.key)
             else:
                 self.short.discard(work.key)
+            work.quota_held |= not short  # the person's own limit or their group's quota
             waitable = isinstance(refusal, LimitExceeded) and refusal.waitable  # the quota
             in_line = self.line is not None and (short or waitable)
             if not in_line and not self.is_run(work):  # people's refusals
@@ -264,8 +266,8 @@ class Replay:
             return False
         self.short.discard(work.key)
         if not self.is_run(work):
-            self.out.waits.append(self.now - (work.asked or self.now))
-        work.asked = None
+            self.out.record_wait(self.now - (work.asked or self.now), work.quota_held)
+        work.asked, work.quota_held = None, False
         self.servers[work.key] = Server(
             work=work,
             user=s.user,

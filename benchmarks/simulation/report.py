@@ -156,11 +156,26 @@ def goal(results: Sequence[Result]) -> str:
         f"machine busy {percent(busy)} "
         f"(goal ≥ 85 %: {'met' if busy >= MACHINE_BUSY_GOAL else short})",
         f"interactive p95 first-start wait {wait(p95)} (goal < 2 min: "
-        f"{'met' if p95 < P95_WAIT_GOAL else 'not met'})",
+        f"{'met' if p95 < P95_WAIT_GOAL else 'not met'}{_quota_share(o)})",
         f"{o.interrupted} interactive sessions interrupted (goal 0: "
         f"{'met' if o.interrupted == 0 else 'not met'})",
     ]
     return f"Against the goal of item 8, {jobs.policy.name}: " + "; ".join(parts) + "."
+
+
+def _quota_share(o: Outcome) -> str:
+    """Why the starts that waited 2 min or more waited: exactly 2 min is a job's default
+    grace (preempt_grace, 120 s); a quota is the person's own limit or their group's."""
+    long = [w for w in o.waits + o.still_waiting if w >= P95_WAIT_GOAL]
+    if not long:
+        return ""
+    exact = sum(w == P95_WAIT_GOAL for w in long)
+    held = sum(w >= P95_WAIT_GOAL for w in o.quota_waits)
+    starts = "1 start" if len(long) == 1 else f"{len(long)} starts"
+    return (
+        f"; {starts} waited 2 min or more: {exact} exactly 2 min, {held} held by their own "
+        "or their group's GPU quota at some point"
+    )
 
 
 def training_spread(results: Sequence[Result], seeds: Sequence[int]) -> str:
