@@ -1,0 +1,103 @@
+"""A checkpoint driver for machines without GPUs: the CUDA driver's states and refusals, so
+parking is shown and tested end to end where no driver exists (the simulated GPUs'
+sibling).
+
+It keeps what the real driver keeps and refuses what the real one refuses, with its
+CUresult codes: a call in the wrong state is CUDA_ERROR_ILLEGAL_STATE; a process that is
+not a CUDA process is CUDA_ERROR_INVALID_VALUE; work on a MIG instance, or a process
+that shares its GPU context with others (multi-process and NCCL programs), cannot be
+locked (CUDA_ERROR_NOT_SUPPORTED, NVIDIA/cuda-checkpoint #27, #42); a restore onto a GPU
+without room for the memory leaves the process FAILED for good (#44), which is why the
+caller must look at the GPU's free memory first. `refuse` makes the next call of an
+action (on one process, or on any) fail, as a driver may for reasons of its own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .checkpoint import CODES, CheckpointError, ProcessState
+
+NEXT = {  # action → (the state it needs, the state it leaves)
+    "lock": (ProcessState.RUNNING, ProcessState.LOCKED),
+    "checkpoint": (ProcessState.LOCKED, ProcessState.CHECKPOINTED),
+    "restore": (ProcessState.CHECKPOINTED, ProcessState.LOCKED),
+    "unlock": (ProcessState.LOCKED, ProcessState.RUNNING),
+}
+
+
+@dataclass
+class SimulatedProcess:
+    gpu: str  # the UUID of the GPU (or MIG instance) it was created with
+    memory_bytes: int
+    on_mig: bool = False
+    shared_context: bool = False  # one of several CUDA processes of one program
+    state: ProcessState = ProcessState.RUNNING
+
+
+class SimulatedCheckpointDriver:
+    """CUDA processes on simulated GPUs of `gpu_memory_bytes` each, parked and restored."""
+
+    def __init__(self, gpu_memory_bytes: int = 80 * 2**30) -> None:
+        self.gpu_memory_bytes = gpu_memory_bytes
+        self.processes: dict[int, SimulatedProcess] = {}
+        self._refusals: dict[tuple[str, int | None], int] = {}  # (action, pid) → CUresult
+
+    def start(self, pid: int, process: SimulatedProcess) -> None:
+        """A CUDA process opens its GPU, or fails to, as cudaMalloc would."""
+        if process.memory_bytes > self.free_bytes(process.gpu):
+            raise CheckpointError("start", pid, CODES["CUDA_ERROR_OUT_OF_MEMORY"])
+        self.processes[pid] = process
+
+    def end(self, pid: int) -> None:
+        self.processes.pop(pid, None)
+
+    def free_bytes(self, gpu: str) -> int:
+        """What NVML would report free on `gpu`: parked processes hold none of it."""
+        return self.gpu_memory_bytes - sum(
+            p.memory_bytes
+            for p in self.processes.values()
+            if p.gpu == gpu and p.state in (ProcessState.RUNNING, ProcessState.LOCKED)
+        )
+
+    def refuse(self, action: str, name: str, pid: int | None = None) -> None:
+        """The next `action` call on `pid` (None: on any process) answers CUresult `name`."""
+        self._refusals[action, pid] = CODES[name]
+
+    def state(self, pid: int) -> ProcessState:
+        return self._process("getState", pid).state
+
+    def lock(self, pid: int, timeout_ms: int) -> None:
+        process = self._process("lock", pid)
+        if process.on_mig or process.shared_context:
+            raise CheckpointError("lock", pid, CODES["CUDA_ERROR_NOT_SUPPORTED"])
+        self._move("lock", pid, process)
+
+    def checkpoint(self, pid: int) -> None:
+        self._move("checkpoint", pid, self._process("checkpoint", pid))
+
+    def restore(self, pid: int) -> None:
+        process = self._process("restore", pid)
+        fits = process.memory_bytes <= self.free_bytes(process.gpu)
+        if process.state is ProcessState.CHECKPOINTED and not fits:
+            process.state = ProcessState.FAILED
+            raise CheckpointError("restore", pid, CODES["CUDA_ERROR_OUT_OF_MEMORY"])
+        self._move("restore", pid, process)
+
+    def unlock(self, pid: int) -> None:
+        self._move("unlock", pid, self._process("unlock", pid))
+
+    def _process(self, action: str, pid: int) -> SimulatedProcess:
+        code = self._refusals.pop((action, pid), None) or self._refusals.pop((action, None), None)
+        if code is not None:
+            raise CheckpointError(action, pid, code)
+        if pid not in self.processes:
+            raise CheckpointError(action, pid, CODES["CUDA_ERROR_INVALID_VALUE"])
+        return self.processes[pid]
+
+    @staticmethod
+    def _move(action: str, pid: int, process: SimulatedProcess) -> None:
+        needs, leaves = NEXT[action]
+        if process.state is not needs:
+            raise CheckpointError(action, pid, CODES["CUDA_ERROR_ILLEGAL_STATE"])
+        process.state = leaves
