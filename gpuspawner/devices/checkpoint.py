@@ -53,7 +53,8 @@ class CheckpointError(Exception):
     def __init__(self, action: str, pid: int, code: int) -> None:
         self.action, self.pid, self.code = action, pid, code
         self.name = ERRORS.get(code, f"CUresult {code}")
-        super().__init__(f"cuCheckpointProcess{action.title()} of process {pid}: {self.name}")
+        call = f"cuCheckpointProcess{action[0].upper()}{action[1:]} of process {pid}"
+        super().__init__(f"{call if pid else action}: {self.name}")
 
 
 class CheckpointDriver(Protocol):
@@ -87,11 +88,11 @@ class CudaDriver:
         try:
             self._cuda = ctypes.CDLL(library)
         except OSError as error:
-            raise CheckpointError("init", 0, CODES["CUDA_ERROR_NO_DEVICE"]) from error
+            raise CheckpointError(f"no {library}", 0, CODES["CUDA_ERROR_NO_DEVICE"]) from error
         if not hasattr(self._cuda, "cuCheckpointProcessGetState"):
-            raise CheckpointError("init", 0, CODES["CUDA_ERROR_NOT_SUPPORTED"])  # driver < 550
+            raise CheckpointError("driver < 550", 0, CODES["CUDA_ERROR_NOT_SUPPORTED"])
         if (code := self._cuda.cuInit(0)) != 0:
-            raise CheckpointError("init", 0, code)
+            raise CheckpointError("cuInit", 0, code)
 
     def state(self, pid: int) -> ProcessState:
         state = ctypes.c_int()
