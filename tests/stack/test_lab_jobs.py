@@ -12,13 +12,14 @@ through the hub, schedules refused. Outside a hub the image's jupyter-scheduler 
 from __future__ import annotations
 
 import textwrap
+import time
 
 import pytest
 import requests
 from browser import log_in
 from jobkit import ADDS_UP, SEES_ITS_GPUS, notebook, put
 from realhub import NOTEBOOK_IMAGE, PASSWORD, Hub
-from selenium.common.exceptions import TimeoutException
+from selenium.common.exceptions import StaleElementReferenceException, TimeoutException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support.ui import WebDriverWait
@@ -76,12 +77,25 @@ def row_of(driver, name: str) -> str:
     return next((r.text for r in rows if name in r.text), "")
 
 
-def reloaded(driver) -> bool:
-    """Clicks the job list's Reload button."""
-    buttons = [b for b in driver.find_elements(By.CSS_SELECTOR, "button") if b.text == "Reload"]
-    if buttons:
-        buttons[0].click()
-    return bool(buttons)
+def completed_row(name: str):
+    """A wait's condition: the job list's row for `name` once it says Completed. Until it
+    does, Reload is clicked (the list does not poll), and the rows are read at the next
+    look, not just after the click: a list still loading shows none. A list that shows no
+    such row is reloaded every 10 s."""
+    clicked = 0.0
+
+    def condition(driver) -> str | bool:
+        nonlocal clicked
+        row = row_of(driver, name)
+        if "Completed" in row:
+            return row
+        buttons = [b for b in driver.find_elements(By.CSS_SELECTOR, "button") if b.text == "Reload"]
+        if buttons and (row or time.monotonic() - clicked > 10):
+            buttons[0].click()
+            clicked = time.monotonic()
+        return False
+
+    return condition
 
 
 def test_a_job_created_in_jupyterlab_runs_on_the_hub_and_shows_completed(hub: Hub, browser):
@@ -112,15 +126,15 @@ def test_a_job_created_in_jupyterlab_runs_on_the_hub_and_shows_completed(hub: Hu
     assert done["progress"]["cells"] == {"done": 2, "total": 2}
 
     try:  # the list shows it completed once reloaded (its Reload button: it does not poll)
-        row = WebDriverWait(browser, 90, poll_frequency=2).until(
-            lambda d: (
-                reloaded(d)
-                and "Completed" in row_of(d, "GPU training")
-                and row_of(d, "GPU training")
-            )
-        )
+        row = WebDriverWait(
+            browser, 90, poll_frequency=2, ignored_exceptions=(StaleElementReferenceException,)
+        ).until(completed_row("GPU training"))
     except TimeoutException:
-        pytest.fail(f"JupyterLab's job list shows: {row_of(browser, 'GPU training')!r}")
+        listed = scheduler(hub, "GET", "jobs").json()
+        pytest.fail(
+            f"JupyterLab's job list shows: {row_of(browser, 'GPU training')!r}; "
+            f"jupyter-scheduler's API lists: {listed}"
+        )
     assert "train.ipynb" in row and "Notebook" in row, row
 
     described = scheduler(hub, "GET", f"jobs/{done['server']}").json()
