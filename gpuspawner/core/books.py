@@ -28,6 +28,7 @@ class Books:
         self.gpus = tuple(sorted(place, key=place.__getitem__))  # the physical GPUs, fixed
         self._grants: dict[int, Grant] = {}
         self._holder_of: dict[str, int] = {}  # unit id → grant key
+        self._bound: dict[str, list[int]] = {}  # unit id → parked grants' keys, oldest first
         self._unhealthy: dict[str, str] = {}  # GPU or device id → why
         self._external: dict[str, str] = {}  # GPU or device id → who uses it
         self._gone: set[str] = set()  # units a layout change removed while held
@@ -69,6 +70,11 @@ class Books:
         with self._lock:
             key = self._holder_of.get(unit_id)
             return None if key is None else self._grants[key]
+
+    def bound_to(self, unit_id: str) -> list[Grant]:
+        """The parked grants whose containers were created with this unit, oldest first."""
+        with self._lock:
+            return [self._grants[k] for k in self._bound.get(unit_id, ())]
 
     def holders_on(self, device: str) -> list[Grant]:
         """The grants holding a unit on this GPU, or this MIG instance."""
@@ -183,7 +189,7 @@ class Books:
     def _usage(self) -> Usage:
         usage = Usage()
         for grant in self._grants.values():
-            if grant.stopping:
+            if grant.stopping or grant.parked:  # a parked grant holds no GPU
                 continue
             usage.by_user[grant.holder.user_id] += grant.weight
             if grant.quota_group is not None:
@@ -203,14 +209,31 @@ class Books:
     def _record(self, grant: Grant) -> None:
         self._grants[grant.key] = grant
         for unit in grant.units:
-            self._holder_of[unit.id] = grant.key
+            if grant.parked:
+                self._bound.setdefault(unit.id, []).append(grant.key)
+            else:
+                self._holder_of[unit.id] = grant.key
+
+    def _unrecord(self, grant: Grant) -> None:
+        """The grant's units no longer name it; the grant itself stays."""
+        for unit in grant.units:
+            if not grant.parked:
+                del self._holder_of[unit.id]
+                continue
+            bound = self._bound[unit.id]
+            bound.remove(grant.key)
+            if not bound:
+                del self._bound[unit.id]
 
     def _forget(self, key: int) -> Grant | None:
         grant = self._grants.pop(key, None)
         if grant is not None:
+            self._unrecord(grant)
             for unit in grant.units:
-                del self._holder_of[unit.id]
-                if unit.id in self._gone:
+                if unit.id in self._gone and not self._referenced(unit.id):
                     self._gone.discard(unit.id)
                     del self._units[unit.id]
         return grant
+
+    def _referenced(self, unit_id: str) -> bool:
+        return unit_id in self._holder_of or unit_id in self._bound

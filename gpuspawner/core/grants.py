@@ -26,6 +26,7 @@ class Holder:
     user_id: int
     user: str
     server: str = ""
+    job: bool = False  # a job (it gives way to people), not a person's server
 
     @property
     def name(self) -> str:
@@ -39,6 +40,7 @@ class Grant:
     since: float
     quota_group: str | None = None  # the group whose max_gpus_group it counts against
     stopping: bool = False  # the server ended; its container is not yet confirmed gone
+    parked: bool = False  # its work parked in host memory: its units are bound, not held
 
     @property
     def key(self) -> int:

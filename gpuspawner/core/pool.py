@@ -47,6 +47,14 @@ class AlreadyHolding(Exception):
     """A server asked for GPUs while its earlier grant was never released."""
 
 
+class NotParkable(Exception):
+    """Only a grant that holds its units (not stopping, not parked already) can be parked."""
+
+
+class StillLent(Exception):
+    """A parked grant's units are held by another (or unusable): it cannot come back yet."""
+
+
 class Pool(Books):
     """The shared pool. Thread-safe; every public method is one atomic step.
 
@@ -94,7 +102,7 @@ class Pool(Books):
                 raise AlreadyHolding(f"{held.holder.name} already holds {held.ids}")
             short: NotEnoughGPUs | None = None
             try:
-                chosen = self._choose(request)
+                chosen = self._choose_for(request, holder.job)
             except NotEnoughGPUs as refusal:
                 chosen, short = (), refusal
             weight = sum((u.weight for u in chosen), Fraction(0))
@@ -120,11 +128,11 @@ class Pool(Books):
         return min(weights, default=Fraction(1))
 
     def refusal(self, request: Request) -> NotEnoughGPUs | None:
-        """What allocating `request` now would be refused with for want of units (limits
-        aside), without taking anything: for the spawn form."""
+        """What allocating `request` for a person now would be refused with for want of
+        units (limits aside), without taking anything: for the spawn form."""
         with self._lock:
             try:
-                self._choose(request)
+                self._choose_for(request, job=False)
             except NotEnoughGPUs as short:
                 return short
             return None
@@ -146,6 +154,20 @@ class Pool(Books):
                 return frozenset(u.id for u in self._choose(request, freed, claimed))
             except NotEnoughGPUs:
                 return None
+
+    def _choose_for(self, request: Request, job: bool) -> tuple[Unit, ...]:
+        """Units bound to parked work are lent only when no others will do, and only across
+        kinds: a parked job's to a person, a parked person's to a job (which gives way at
+        once when they come back)."""
+        try:
+            return self._choose(request, claimed=frozenset(self._bound))
+        except NotEnoughGPUs:
+            lendable = {
+                unit_id
+                for unit_id, keys in self._bound.items()
+                if all(self._grants[k].holder.job != job for k in keys)
+            }
+            return self._choose(request, claimed=frozenset(self._bound.keys() - lendable))
 
     def _choose(
         self,
@@ -185,8 +207,10 @@ class Pool(Books):
         ids: Iterable[str],
         since: float | None = None,
         quota_group: str | None = None,
+        parked: bool = False,
     ) -> Grant:
-        """Record units a running server already holds (recovery after a hub restart).
+        """Record units a running server already holds (recovery after a hub restart), or
+        is bound to while `parked` (the driver's word).
 
         Unlike `allocate`, adopting takes unhealthy or externally used units too:
         the container has them whatever the books say. Units held by another
@@ -197,15 +221,53 @@ class Pool(Books):
             taken = {
                 u.id: self._grants[self._holder_of[u.id]].holder.name
                 for u in wanted
-                if self._holder_of.get(u.id, holder.spawner_id) != holder.spawner_id
+                if not parked and self._holder_of.get(u.id, holder.spawner_id) != holder.spawner_id
             }
             if taken:
                 raise AlreadyHolding(f"{holder.name} claims GPUs held by others: {taken}")
             self._forget(holder.spawner_id)
-            grant = Grant(holder, wanted, self._clock() if since is None else since, quota_group)
+            when = self._clock() if since is None else since
+            grant = Grant(holder, wanted, when, quota_group, parked=parked)
             if wanted:
                 self._record(grant)
             return grant
+
+    def park(self, key: int) -> Grant:
+        """The grant's work is parked in host memory (the driver said so): its units stay
+        bound to it, and may be lent (`_choose_for`) until it is restored."""
+        with self._lock:
+            grant = self._grants[key]
+            if grant.stopping or grant.parked:
+                raise NotParkable(
+                    f"{grant.holder.name} is {'stopping' if grant.stopping else 'parked'}"
+                )
+            self._unrecord(grant)
+            parked = replace(grant, parked=True)
+            self._record(parked)
+            return parked
+
+    def restore(self, key: int, admit: Admission | None = None) -> Grant:
+        """The parked grant holds its own units again, if they are free and `admit` (its
+        user's limits, as when it was first allocated) agrees; else StillLent or the
+        limit's refusal, and it stays parked."""
+        with self._lock:
+            grant = self._grants[key]
+            if not grant.parked:
+                return grant
+            busy = {
+                u.id: self._state(u).value
+                for u in grant.units
+                if self._state(u) is not DeviceState.FREE
+            }
+            if busy:
+                raise StillLent(f"{grant.holder.name} cannot come back yet: {busy}")
+            group = grant.quota_group
+            if admit is not None:
+                group = admit(grant.weight, grant.holder.user_id, self._usage())
+            self._unrecord(grant)
+            resident = replace(grant, parked=False, quota_group=group)
+            self._record(resident)
+            return resident
 
     def begin_release(self, key: int) -> Grant | None:
         """The server ended: its GPUs stay held, as stopping, until `release`."""
@@ -234,7 +296,7 @@ class Pool(Books):
             now = {u.id: u for u in units if u.gpu == gpu}
             if {i: u for i, u in before.items() if i not in self._gone} == now:
                 return False
-            kept = {i: u for i, u in before.items() if i not in now and i in self._holder_of}
+            kept = {i: u for i, u in before.items() if i not in now and self._referenced(i)}
             self._gone = (self._gone - set(before)) | set(kept)
             others = [u for u in self._units.values() if u.gpu != gpu]
             merged = [*others, *now.values(), *kept.values()]

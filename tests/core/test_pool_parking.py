@@ -1,0 +1,150 @@
+"""Parked work in the pool's books: its GPUs stay bound to it, are lent across kinds (a job's
+to people, a person's to jobs) only when nothing else is free, and come back to it."""
+
+import contextlib
+
+import pytest
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+
+from gpuspawner.core.grants import Holder
+from gpuspawner.core.limits import LimitExceeded
+from gpuspawner.core.pool import NotEnoughGPUs, NotParkable, Pool, StillLent
+from gpuspawner.core.units import Request
+
+UUIDS = [f"GPU-{i}" for i in range(4)]
+
+
+def person(key: int) -> Holder:
+    return Holder(key, key, f"user{key}")
+
+
+def job(key: int) -> Holder:
+    return Holder(key, key, f"user{key}", f"job-{key}", job=True)
+
+
+def test_a_parked_jobs_gpu_is_lent_to_a_person_and_comes_back_to_the_job():
+    pool = Pool(UUIDS[:1])
+    training = pool.allocate(job(1), 1)
+    with pytest.raises(NotEnoughGPUs):
+        pool.allocate(person(2), 1)
+    parked = pool.park(training.key)
+    alice = pool.allocate(person(2), 1)
+    assert alice.uuids == training.uuids == parked.uuids
+    assert pool.bound_to(UUIDS[0]) == [parked]
+    with pytest.raises(StillLent, match="user1/job-1 cannot come back yet"):
+        pool.restore(training.key)
+    pool.release(alice.key)
+    back = pool.restore(training.key)
+    assert back.uuids == training.uuids and not back.parked
+    assert pool.holder_of(UUIDS[0]) == back and pool.bound_to(UUIDS[0]) == []
+
+
+def test_free_gpus_are_taken_before_parked_work_is_disturbed():
+    pool = Pool(UUIDS[:2])
+    parked = pool.park(pool.allocate(job(1), 1).key)
+    alice = pool.allocate(person(2), 1)
+    assert alice.uuids != parked.uuids  # the free GPU, not the parked job's
+
+
+@pytest.mark.parametrize(
+    ("parked", "asker", "lent"),
+    [(job, person, True), (person, job, True), (job, job, False), (person, person, False)],
+    ids=["job's to a person", "person's to a job", "job's to a job", "person's to a person"],
+)
+def test_parked_gpus_are_lent_only_across_kinds(parked, asker, lent):
+    pool = Pool(UUIDS[:1])
+    pool.park(pool.allocate(parked(1), 1).key)
+    # the form, which asks for people, offers a parked job's GPU, never a parked person's
+    assert (pool.refusal(Request(gpus=1)) is None) == (parked is job)
+    if lent:
+        assert pool.allocate(asker(2), 1).uuids == (UUIDS[0],)
+    else:
+        with pytest.raises(NotEnoughGPUs):
+            pool.allocate(asker(2), 1)
+
+
+def test_parked_work_counts_against_no_limit_and_coming_back_is_admitted_again():
+    pool = Pool(UUIDS[:2])
+    grant = pool.allocate(job(1), 1)
+    pool.park(grant.key)
+    assert pool.usage().by_user[1] == 0
+
+    def full(weight, user_id, usage):
+        raise LimitExceeded("You already hold 1 of your 1 GPU", "max_gpus_per_user", None)
+
+    with pytest.raises(LimitExceeded):
+        pool.restore(grant.key, full)
+    assert pool.grant_of(grant.key).parked  # it stays parked
+    assert pool.restore(grant.key).parked is False
+    assert pool.usage().by_user[1] == 1
+
+
+def test_only_held_work_can_be_parked():
+    pool = Pool(UUIDS[:1])
+    grant = pool.allocate(job(1), 1)
+    pool.park(grant.key)
+    with pytest.raises(NotParkable, match="is parked"):
+        pool.park(grant.key)
+    pool.restore(grant.key)
+    pool.begin_release(grant.key)
+    with pytest.raises(NotParkable, match="is stopping"):
+        pool.park(grant.key)
+
+
+def test_parked_work_is_adopted_back_after_a_restart_beside_whoever_holds_its_gpu():
+    pool = Pool(UUIDS[:1])
+    alice = pool.adopt(person(2), [UUIDS[0]])
+    parked = pool.adopt(job(1), [UUIDS[0]], parked=True)
+    assert pool.holder_of(UUIDS[0]) == alice and pool.bound_to(UUIDS[0]) == [parked]
+    pool.release(parked.key)  # a parked job cancelled: it leaves the books
+    assert pool.bound_to(UUIDS[0]) == []
+
+
+class Parking(RuleBasedStateMachine):
+    """Any mix of starts, parks, restores and ends keeps the books whole."""
+
+    def __init__(self):
+        super().__init__()
+        self.pool = Pool(UUIDS)
+        self.first: dict[int, tuple[str, ...]] = {}  # key → the units it was created with
+
+    @rule(key=st.integers(1, 8), gpus=st.integers(1, 2))
+    def start(self, key, gpus):
+        if self.pool.grant_of(key) is not None:
+            return
+        holder = job(key) if key % 2 else person(key)
+        with contextlib.suppress(NotEnoughGPUs):
+            self.first[key] = self.pool.allocate(holder, gpus).ids
+
+    @rule(key=st.integers(1, 8))
+    def park(self, key):
+        grant = self.pool.grant_of(key)
+        if grant is not None and not grant.parked and not grant.stopping:
+            self.pool.park(key)
+
+    @rule(key=st.integers(1, 8))
+    def restore(self, key):
+        grant = self.pool.grant_of(key)
+        if grant is not None and grant.parked:
+            with contextlib.suppress(StillLent):
+                assert self.pool.restore(key).ids == self.first[key]
+
+    @rule(key=st.integers(1, 8))
+    def end(self, key):
+        self.pool.release(key)
+        self.first.pop(key, None)
+
+    @invariant()
+    def one_holder_per_gpu_and_parked_work_stays_bound_to_its_own(self):
+        held = [u for g in self.pool.grants() if not g.parked for u in g.ids]
+        assert len(held) == len(set(held))
+        for grant in self.pool.grants():
+            assert grant.ids == self.first[grant.key]
+            for unit in grant.ids:
+                assert (grant in self.pool.bound_to(unit)) == grant.parked
+
+
+TestParking = Parking.TestCase
+TestParking.settings = settings(max_examples=60, stateful_step_count=30, deadline=None)
