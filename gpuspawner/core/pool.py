@@ -249,7 +249,9 @@ class Pool(Books):
     def restore(self, key: int, admit: Admission | None = None) -> Grant:
         """The parked grant holds its own units again, if they are free and `admit` (its
         user's limits, as when it was first allocated) agrees; else StillLent or the
-        limit's refusal, and it stays parked."""
+        limit's refusal, and it stays parked. A person's wake is admitted without `admit`:
+        their server was admitted when it started, and their work must come back at once;
+        their group may then hold more than its quota for a while, and new starts wait."""
         with self._lock:
             grant = self._grants[key]
             if not grant.parked:

@@ -211,7 +211,7 @@ class JobBoard:
         if self.budget_refusal(job.user_id, limits) is not None:
             return  # it waits for the budget's window to move on
         server_id = self.launcher.server_id(job.user_id, job.server)
-        holder = Holder(server_id, job.user_id, job.user, job.server)
+        holder = Holder(server_id, job.user_id, job.user, job.server, job=True)
         try:
             grant = self.broker.take_now(holder, request, limits.admit)
         except (NotEnoughGPUs, LimitExceeded):
