@@ -27,7 +27,6 @@ import time
 from pathlib import Path
 
 from figures import machine
-from simulation.board import check_jobs, replay_week
 from simulation.jobs import TrainingJob, as_jobs, read_jobs, write_jobs
 from simulation.plot import plot_week
 from simulation.policies import Policy, policies, training_policies
@@ -36,6 +35,7 @@ from simulation.report import (
     backlog,
     demand,
     goal,
+    parking_goal,
     spread,
     table,
     training_spread,
@@ -46,6 +46,7 @@ from simulation.report import (
 from simulation.site import Site, load_site
 from simulation.synthetic import generate, generate_backlog
 from simulation.trace import Session, read_trace, write_trace
+from simulation.week import check_jobs, replay_week
 
 HERE = Path(__file__).resolve().parent
 TEAM_WEEK = HERE / "simulation" / "team-week.csv"
@@ -114,6 +115,7 @@ def main() -> None:
             + backlog(runs, runs_source, as_jobs(sessions)[1]),
             training_table(training),
             goal(training),
+            parking_goal(training),
             training_spread(training, SPREAD_SEEDS),
         ]
     block = "\n\n".join(part for part in parts if part)

@@ -41,9 +41,8 @@ from gpuspawner.core.pool import Holder, NotEnoughGPUs
 from gpuspawner.core.units import Request
 from gpuspawner.core.words import DEFAULT_GROUP
 
-from .jobs import TrainingJob, as_jobs, as_servers
-from .measures import Outcome
-from .model import MINUTE, RETRY_MINUTES, Replay, Work, replay, span
+from .jobs import TrainingJob
+from .model import MINUTE, RETRY_MINUTES, Replay, Work
 from .policies import Policy
 from .site import Site
 from .trace import Session
@@ -69,6 +68,7 @@ class Job:
     stopping_until: float = 0.0  # giving way: when its grace runs out
     for_key: int = -1  # giving way: the start it gives way to
     put_off: bool = False  # its submission was refused once (max_jobs reached)
+    parked: bool = False  # parked for a person (`parking.ParkingReplay`): its run stands still
 
     @property
     def request(self) -> Request:
@@ -164,7 +164,7 @@ class JobsReplay(Replay):
         freed = frozenset(
             u.id for grant in self.pool.grants() if grant.stopping for u in grant.units
         )
-        claimed: frozenset[str] = frozenset()
+        claimed = self.kept_back()
         for work in self.people_short():
             if not job_rules(self.site.limits, work.session.groups).preempts:
                 continue
@@ -179,6 +179,10 @@ class JobsReplay(Replay):
                 taken = self.pool.would_take(request, freed, claimed) if chosen else None
             claimed |= taken or frozenset()
 
+    def kept_back(self) -> frozenset[str]:
+        """Units no person's start may be given (with parking: parked people's)."""
+        return frozenset()
+
     def _fits_with(
         self, request: Request, freed: frozenset[str], claimed: frozenset[str]
     ) -> Callable[[frozenset[str]], bool]:
@@ -188,7 +192,7 @@ class JobsReplay(Replay):
         running = []
         for job in self.jobs:
             grant = self.pool.grant_of(job.key)
-            if job.state is not JobState.RUNNING or grant is None:
+            if job.state is not JobState.RUNNING or grant is None or grant.parked:
                 continue
             rules = job.rules
             running.append(
@@ -250,7 +254,7 @@ class JobsReplay(Replay):
         return any(job.matches(u) and person.matches(u) for u in self.pool.units)
 
     def _try_start(self, job: Job) -> bool:
-        holder = Holder(job.key, job.user_id, job.run.user, server_of(job.id))
+        holder = Holder(job.key, job.user_id, job.run.user, server_of(job.id), job=True)
         try:
             grant = self.pool.allocate(holder, job.request, job.limits.admit)
         except (NotEnoughGPUs, LimitExceeded):
@@ -267,7 +271,7 @@ class JobsReplay(Replay):
     def over_runtime(self) -> None:
         for job in self.jobs:
             limit = job.rules.max_runtime.value
-            running = job.state is JobState.RUNNING
+            running = job.state is JobState.RUNNING and not job.parked
             if running and limit is not None and self.now - job.started >= limit:
                 job.state = step(JobState.RUNNING, Event.OVER_RUNTIME)
                 self._gone(job)
@@ -276,6 +280,8 @@ class JobsReplay(Replay):
     def tally(self) -> tuple[int, int, int]:
         held, busy, wanted = super().tally()
         for job in self.jobs:
+            if job.parked:
+                continue
             if job.state in (JobState.RUNNING, JobState.GIVING_WAY):
                 held += job.run.gpus
             if job.state is JobState.RUNNING:
@@ -285,7 +291,7 @@ class JobsReplay(Replay):
 
     def advance_jobs(self) -> None:
         for job in self.jobs:
-            if job.state is not JobState.RUNNING:
+            if job.state is not JobState.RUNNING or job.parked:
                 continue
             job.done += 1
             if job.run.checkpoint and job.done % job.run.checkpoint == 0:
@@ -305,36 +311,3 @@ class JobsReplay(Replay):
 
 def _final(job: Job) -> bool:
     return job.state in (JobState.DONE, JobState.FAILED, JobState.CANCELLED)
-
-
-def replay_week(
-    sessions: list[Session],
-    backlog: Sequence[TrainingJob],
-    site: Site,
-    policy: Policy,
-    minutes: int | None = None,
-) -> Outcome:
-    """A week of sessions and training runs under `policy`: with jobs, the week's own
-    unattended runs and 2- and 4-GPU starts are jobs too (`as_jobs`); without, each run of
-    the backlog is a notebook server of its own (`as_servers`)."""
-    arrivals = [s.arrival for s in sessions] + [j.submitted for j in backlog]
-    start, whole = span(arrivals)
-    minutes = whole if minutes is None else minutes
-    if policy.jobs:
-        people, own = as_jobs(sessions)
-        jobs = sorted([*own, *backlog], key=lambda j: j.submitted)
-        return JobsReplay(people, jobs, site, policy, start, minutes).run()
-    if not backlog:
-        return replay(sessions, site, policy, minutes)
-    runs = as_servers(backlog)
-    every = sorted([*sessions, *runs], key=lambda s: s.arrival)
-    marked = {id(s) for s in runs}
-    return Replay(
-        every, site, policy, start, minutes, [i for i, s in enumerate(every) if id(s) in marked]
-    ).run()
-
-
-def check_jobs(site: Site, jobs: Sequence[TrainingJob]) -> None:
-    """TraceError naming the first run this hub would refuse whatever was free: the same
-    profiles and limits as a server on as many GPUs."""
-    site.check(as_servers(jobs))

@@ -43,6 +43,9 @@ class Outcome:
     run_lost: int = 0  # GPU-minutes of those runs' work thrown away
     jobs_refused: int = 0  # jobs whose submission was refused (max_jobs reached) at first
     jobs_failed: int = 0  # jobs stopped at max_runtime
+    # parking (`parking.ParkingReplay`)
+    parked: Counter[str] = field(default_factory=Counter)  # parks of "jobs" and of "people"
+    resume_waits: list[float] = field(default_factory=list)  # seconds: a cell run → restored
 
     def record_wait(self, seconds: float, quota_held: bool) -> None:
         self.waits.append(seconds)
@@ -65,6 +68,10 @@ class Outcome:
     def machine_busy_share(self) -> float:
         """Of all the machine's GPU-hours in the replay, the share that was busy."""
         return sum(self.busy) / (self.gpus * self.minutes) if self.minutes else 0.0
+
+    def resume_wait(self, fraction: float) -> float:
+        """A percentile of the resume waits in seconds (0 with none)."""
+        return percentile(self.resume_waits, fraction) if self.resume_waits else 0.0
 
     def wait(self, fraction: float) -> float:
         """A percentile of the wait in seconds; requests never granted count as waiting

@@ -378,10 +378,15 @@ class Replay:
         return held, busy, wanted
 
     # --- 4. people work ----------------------------------------------------------------------
+    def works(self, server: Server) -> bool:
+        """Whether its person got on with their work this minute (with parking: not while
+        their server waits to be restored)."""
+        return True
+
     def advance(self) -> None:
         for server in list(self.servers.values()):
             work = server.work
-            if work is None:
+            if work is None or not self.works(server):
                 continue
             work.elapsed += 1
             if work.elapsed < work.session.pattern[work.segment].minutes:

@@ -40,6 +40,7 @@ class Policy:
     shipped: bool = False  # what gpuspawner's example config runs: the targets apply to it
     jobs: bool = False  # training runs are jobs (with the line: they give way to its starts)
     grace: float | None = None  # jobs' preempt_grace in seconds, instead of the site's
+    parking: bool = False  # jobs park for people, people park at their GPU-idle limit
 
 
 def policies(site: Site) -> tuple[Policy, ...]:
@@ -57,6 +58,7 @@ def policies(site: Site) -> tuple[Policy, ...]:
         ),
         Policy("pool + queue + GPU-aware culling", culler=True, monitor=site.busyness, queue=True),
         with_jobs(site),
+        with_parking(site),
     )
 
 
@@ -76,7 +78,7 @@ def training_policies(site: Site) -> tuple[Policy, ...]:
     """The training team's week: its runs as notebook servers under the shipped policy,
     against its runs as jobs: with the site's preempt_grace,
     and with one of a minute (what moves people's waits: a start that makes a job give way
-    waits for its grace to run out, at most)."""
+    waits for its grace to run out, at most), and as jobs that park instead (issue #29)."""
     return (
         Policy(
             "runs as servers: pool + GPU-aware culling (shipped)",
@@ -85,4 +87,11 @@ def training_policies(site: Site) -> tuple[Policy, ...]:
         ),
         with_jobs(site),
         with_jobs(site, grace=60.0),
+        with_parking(site),
+    )
+
+
+def with_parking(site: Site) -> Policy:
+    return replace(
+        with_jobs(site), name="pool + queue + GPU-aware culling + jobs + parking", parking=True
     )

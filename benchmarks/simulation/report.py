@@ -14,6 +14,7 @@ from gpuspawner.core.words import duration
 
 from .jobs import TrainingJob
 from .measures import Outcome
+from .parking import MAX_PARKED
 from .policies import Policy
 from .trace import Session
 
@@ -22,6 +23,7 @@ P95_WAIT_TARGET = 10 * 60.0  # seconds
 # Item 8's goal on the training team's week, for its runs as jobs.
 MACHINE_BUSY_GOAL = 0.85
 P95_WAIT_GOAL = 2 * 60.0  # seconds: the interactive p95 first-start wait is under it
+RESUME_WAIT_GOAL = 60.0  # seconds: a parked server's p95 resume wait is under it
 BEGIN = "<!-- utilisation table: written by benchmarks/utilisation.py -->"
 END = "<!-- end of utilisation table -->"
 
@@ -146,7 +148,10 @@ def training_table(results: Sequence[Result]) -> str:
 
 def goal(results: Sequence[Result]) -> str:
     """Whether the runs as jobs (the site's own grace) meet item 8's goal."""
-    jobs = next((r for r in results if r.policy.jobs and r.policy.grace is None), None)
+    jobs = next(
+        (r for r in results if r.policy.jobs and r.policy.grace is None and not r.policy.parking),
+        None,
+    )
     if jobs is None:
         return ""
     o = jobs.outcome
@@ -161,6 +166,38 @@ def goal(results: Sequence[Result]) -> str:
         f"{'met' if o.interrupted == 0 else 'not met'})",
     ]
     return f"Against the goal of item 8, {jobs.policy.name}: " + "; ".join(parts) + "."
+
+
+def parking_goal(results: Sequence[Result]) -> str:
+    """Whether the runs as jobs that park meet issue #29's goal."""
+    parking = next((r for r in results if r.policy.parking), None)
+    if parking is None:
+        return ""
+    o = parking.outcome
+    busy, p95, resume = o.machine_busy_share, o.wait(0.95), o.resume_wait(0.95)
+    lost = o.run_lost / 60
+    parts = [
+        f"machine busy {percent(busy)} (goal ≥ 85 %: {_met(busy >= MACHINE_BUSY_GOAL)})",
+        f"interactive p95 first-start wait {wait(p95)} (goal < 2 min: {_met(p95 < P95_WAIT_GOAL)})",
+        f"p95 resume wait {wait(resume)}, longest {wait(max(o.resume_waits, default=0))}, "
+        f"over {len(o.resume_waits)} returns to a parked server (goal < 1 min: "
+        f"{_met(resume < RESUME_WAIT_GOAL)})",
+        f"{o.interrupted} people stopped mid-session (goal 0: {_met(o.interrupted == 0)})",
+        f"{lost:.1f} job GPU-hours lost to giving way (goal 0: {_met(lost == 0)})",
+    ]
+    parks = (
+        f" Parked: {o.parked['jobs']} times a job for a person, {o.parked['people']} times a "
+        f"person's idle server; {o.culls['max_parked']} servers stopped after "
+        f"{duration(MAX_PARKED)} parked, {o.culls['parked, its GPU needed']} for a start "
+        "that needed their GPUs."
+    )
+    return (
+        f"Against the goal of issue #29, {parking.policy.name}: " + "; ".join(parts) + "." + parks
+    )
+
+
+def _met(met: bool) -> str:
+    return "met" if met else "not met"
 
 
 def _quota_share(o: Outcome) -> str:

@@ -7,7 +7,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
-from simulation.board import JobsReplay, check_jobs, replay_week
+from simulation.board import JobsReplay
 from simulation.jobs import TrainingJob, as_jobs, as_servers, read_jobs, write_jobs
 from simulation.model import MINUTE, Work, span
 from simulation.policies import training_policies, with_jobs
@@ -15,6 +15,7 @@ from simulation.report import Result, goal, training_table
 from simulation.site import load_site, site_from
 from simulation.synthetic import generate, generate_backlog
 from simulation.trace import Segment, Session, TraceError, parse_pattern
+from simulation.week import check_jobs, replay_week
 
 from gpuspawner.core.give_way import giving_way
 from gpuspawner.core.jobs import JobState

@@ -1,0 +1,51 @@
+"""The parking row (issue #29): jobs park for people and people park at their GPU-idle
+limit, through the real pool's park and restore. Small traces worked out by hand."""
+
+from datetime import timedelta
+
+from simulation.parking import MAX_PARKED
+from simulation.policies import with_jobs, with_parking
+from simulation.week import replay_week
+from test_utilisation_jobs import DAY, EIGHT, person, run, site
+
+from gpuspawner.core.words import duration
+
+MINUTE = 60.0
+
+
+def test_a_job_parked_for_a_person_loses_nothing_and_comes_back_when_they_leave():
+    """A 90-minute run from 8:00; at 8:50 alice asks for the only GPU for 30 minutes."""
+    alice = person("alice", "B30", EIGHT + timedelta(minutes=50))
+    hub = site()
+    replayed = replay_week([alice], [run(90)], hub, with_parking(hub), minutes=DAY)
+    assert replayed.waits == [0]  # the job is parked within the minute, not after a grace
+    assert replayed.parked["jobs"] == 1 and replayed.stopped == 0 and replayed.run_lost == 0
+    assert replayed.turnarounds == [(90 + 30) * MINUTE]  # it stood still while alice worked
+    stopped = replay_week([alice], [run(90)], hub, with_jobs(hub), minutes=DAY)
+    assert (stopped.waits, stopped.run_lost) == ([120], 20)  # the same week, giving way by SIGTERM
+
+
+def test_a_person_at_lunch_lends_their_gpu_to_a_job_and_has_it_back_at_their_first_cell():
+    """Alice works 30 min, lunches 90 (her group's gpu_idle_timeout: 30 min), works 30 and
+    stops. A 120-minute job submitted at 8:10 waits for her GPU, runs from 9:01 (her GPU
+    idle 30 min at 9:00: she is parked by that minute's monitor, after its dispatch) to
+    10:00, is parked when she is back, and runs its last 61 minutes once she has gone,
+    from 10:30."""
+    hub = site(gpu_idle_timeout=1800)
+    alice = person("alice", "B30 I90 B30", EIGHT)
+    job = run(120, at=EIGHT + timedelta(minutes=10))
+    replayed = replay_week([alice], [job], hub, with_parking(hub), minutes=DAY)
+    assert replayed.parked == {"people": 1, "jobs": 1}
+    assert replayed.resume_waits == [0] and replayed.interrupted == 0
+    assert replayed.run_lost == 0
+    assert replayed.turnarounds == [(11 * 60 + 31 - (8 * 60 + 10)) * MINUTE]
+    culled = replay_week([alice], [job], hub, with_jobs(hub), minutes=DAY)
+    assert culled.interrupted == 1  # without parking her kernel is stopped at lunch
+
+
+def test_a_parked_server_nobody_comes_back_to_is_stopped_after_max_parked():
+    hub = site(gpu_idle_timeout=1800)
+    left_open = person("alice", "B30", EIGHT, then="open")  # the tab stays open, all day
+    replayed = replay_week([left_open], [], hub, with_parking(hub), minutes=DAY)
+    assert replayed.parked["people"] == 1
+    assert replayed.culls == {"max_parked": 1}, duration(MAX_PARKED)
