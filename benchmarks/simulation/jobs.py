@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from .trace import TIME_FORMAT, Segment, Session, TraceError
+from .trace import TIME_FORMAT, Segment, Session, TraceError, read_rows
 
 COLUMNS = ("user", "groups", "submitted", "gpus", "minutes", "checkpoint")
 CHECKPOINT_MINUTES = 30  # assumption: how often a run writes a checkpoint (every 30 min)
@@ -90,16 +90,7 @@ def as_servers(jobs: Sequence[TrainingJob]) -> list[Session]:
 
 def read_jobs(path: Path) -> list[TrainingJob]:
     """Every run of a job trace, in submission order; TraceError on the first bad row."""
-    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
-    comments = next((i for i, line in enumerate(lines) if not line.startswith("#")), len(lines))
-    rows = csv.DictReader(lines[comments:])
-    missing = [c for c in COLUMNS if c not in (rows.fieldnames or ())]
-    if missing:
-        raise TraceError(
-            f"{path}: the header lacks column(s) {', '.join(missing)}; "
-            f"a job trace's header is: {','.join(COLUMNS)}"
-        )
-    jobs = [_job(row, path, comments + rows.line_num) for row in rows]
+    jobs = [_job(row, path, line) for row, line in read_rows(path, COLUMNS, "a job trace")]
     return sorted(jobs, key=lambda j: j.submitted)
 
 

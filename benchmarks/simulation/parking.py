@@ -54,22 +54,6 @@ class ParkingReplay(JobsReplay):
         self.parked_people: dict[int, float] = {}  # server key → since
         self.waking: dict[int, float] = {}  # server key → since when its person waits
 
-    def step(self) -> None:
-        self.end_graces()
-        self.submit()
-        self.ask()
-        parks = self.out.parked["jobs"]
-        self.make_way()
-        if self.out.parked["jobs"] > parks:
-            self.ask()  # the parked jobs' GPUs go to the people they were parked for
-        self.restore_jobs()
-        self.dispatch()
-        self.over_runtime()
-        self.watch()
-        self.count()
-        self.advance()
-        self.advance_jobs()
-
     # --- jobs -------------------------------------------------------------------------
     def give_way(self, job: Job, to: Work) -> None:
         self._park_job(job)
@@ -83,7 +67,8 @@ class ParkingReplay(JobsReplay):
 
     def make_way(self) -> None:
         """Jobs park for people's starts; a start that still cannot fit, and would were
-        parked people's GPUs free, has them stopped, longest parked first."""
+        parked people's GPUs free, has them stopped, longest parked first. Those starts
+        then ask again in this minute: parking takes seconds, not a grace."""
         super().make_way()
         for work in self.people_short():
             request = Request(gpus=work.gpus)
@@ -94,6 +79,8 @@ class ParkingReplay(JobsReplay):
                     break
                 self.cull(self.servers[key], "parked, its GPU needed")
             work.due = self.now
+        if any(w.due <= self.now for w in self.in_line):
+            self.ask()  # a second pass of the line
 
     def kept_back(self) -> frozenset[str]:
         """Parked people's GPUs: no person's start is given them."""
@@ -102,6 +89,10 @@ class ParkingReplay(JobsReplay):
             for key in self.parked_people
             for unit_id in self.pool.grant_of(key).ids  # type: ignore[union-attr]
         )
+
+    def dispatch(self) -> None:
+        self.restore_jobs()  # parked jobs first: they come back before new ones start
+        super().dispatch()
 
     def restore_jobs(self) -> None:
         people = self.people_short()

@@ -93,19 +93,27 @@ def read_trace(path: Path) -> list[Session]:
 
     Lines starting with # before the header are comments (where the trace came from).
     """
-    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
-    comments = next((i for i, line in enumerate(lines) if not line.startswith("#")), len(lines))
-    rows = csv.DictReader(lines[comments:])
-    missing = [c for c in COLUMNS if c not in (rows.fieldnames or ())]
-    if missing:
-        raise TraceError(
-            f"{path}: the header lacks column(s) {', '.join(missing)}; "
-            f"a trace's header is: {','.join(COLUMNS)}"
-        )
-    sessions = [_session(row, path, comments + rows.line_num) for row in rows]
+    sessions = [_session(row, path, line) for row, line in read_rows(path, COLUMNS, "a trace")]
     if not sessions:
         raise TraceError(f"{path}: no sessions, only a header")
     return sorted(sessions, key=lambda s: s.arrival)
+
+
+def read_rows(
+    path: Path, columns: Sequence[str], kind: str
+) -> list[tuple[dict[str, str | None], int]]:
+    """The rows of a CSV file whose first lines may be # comments, each with its line
+    number; TraceError if its header lacks one of `columns` (`kind`: "a trace")."""
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    comments = next((i for i, line in enumerate(lines) if not line.startswith("#")), len(lines))
+    rows = csv.DictReader(lines[comments:])
+    missing = [c for c in columns if c not in (rows.fieldnames or ())]
+    if missing:
+        raise TraceError(
+            f"{path}: the header lacks column(s) {', '.join(missing)}; "
+            f"{kind}'s header is: {','.join(columns)}"
+        )
+    return [(dict(row), comments + rows.line_num) for row in rows]
 
 
 def _session(row: dict[str, str | None], path: Path, line: int) -> Session:
