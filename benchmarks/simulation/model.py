@@ -76,6 +76,7 @@ class Work:
     due: float = 0.0  # when it asks (again)
     asked: float | None = None  # its first request since it last had a server
     quota_held: bool = False  # since then, a quota held it (its own or its group's GPUs)
+    refused_by: str = ""  # its latest refusal: "capacity", or the limit's key
     rerun: int | None = None  # a segment whose run was stopped: run again, at the notebook
 
     def segment_now(self) -> Segment:
@@ -258,6 +259,7 @@ class Replay:
             else:
                 self.short.discard(work.key)
             work.quota_held |= not short  # the person's own limit or their group's quota
+            work.refused_by = "capacity" if short else getattr(refusal, "key", "")
             waitable = isinstance(refusal, LimitExceeded) and refusal.waitable  # the quota
             in_line = self.line is not None and (short or waitable)
             if not in_line and not self.is_run(work):  # people's refusals

@@ -24,7 +24,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
+from gpuspawner.core.jobs import JobState
 from gpuspawner.core.limits import LimitExceeded
+from gpuspawner.core.parking import Bound, R, Step, decide
 from gpuspawner.core.pool import StillLent
 from gpuspawner.core.units import Request
 
@@ -37,6 +39,8 @@ from .trace import Session
 
 MAX_PARKED = 12 * 3600.0  # seconds a person's server may stay parked: then stopped
 PARK_AFTER = 10 * 60.0  # seconds idle after which a person on a parked job's GPU is parked
+MOVES_PER_MINUTE = 2  # on one GPU: a park and the restore it makes room for
+ROOM = 2**62  # the GPUs' free memory: not modelled, so never what holds a restore back
 
 
 class ParkingReplay(JobsReplay):
@@ -55,6 +59,25 @@ class ParkingReplay(JobsReplay):
         self.waking: dict[int, float] = {}  # server key → since when its person waits
 
     # --- jobs -------------------------------------------------------------------------
+    def grant(self, work: Work) -> bool:
+        """A person's start held by their own GPU limit parks their own running jobs, the
+        most recently started first, until it fits: parking loses nothing, so nobody waits
+        for their own jobs."""
+        if super().grant(work):
+            return True
+        if self.is_run(work) or work.refused_by != "max_gpus_per_user":
+            return False
+        own = [
+            j
+            for j in self.jobs
+            if j.user_id == work.user_id and j.state is JobState.RUNNING and not j.parked
+        ]
+        for job in sorted(own, key=lambda j: -j.started):
+            self._park_job(job)
+            if super().grant(work):
+                return True
+        return False
+
     def give_way(self, job: Job, to: Work) -> None:
         self._park_job(job)
         to.due = self.now  # asks again in this minute's second pass
@@ -91,56 +114,78 @@ class ParkingReplay(JobsReplay):
         )
 
     def dispatch(self) -> None:
-        self.restore_jobs()  # parked jobs first: they come back before new ones start
+        self.arbitrate()  # parked jobs come back before new ones start
         super().dispatch()
 
-    def restore_jobs(self) -> None:
+    # --- the arbiter, GPU by GPU --------------------------------------------------------
+    def watch(self) -> None:
+        for key in self.parked_people:
+            work = self.servers[key].work
+            if work is not None and work.segment_now().busy:  # a cell runs: wake up
+                self.waking.setdefault(key, self.now)
+        self.arbitrate()
+        super().watch()
+        self.arbitrate()  # people idle for PARK_AFTER on a parked job's GPU
+
+    def arbitrate(self) -> None:
+        """On each GPU parked work is bound to, the moves `core.parking.decide` says."""
+        for unit_id in sorted({u for g in self.pool.grants() if g.parked for u in g.ids}):
+            for _ in range(MOVES_PER_MINUTE):
+                step = decide(self._bound(unit_id), ROOM, self.now, PARK_AFTER)
+                if step is None or not self._move(step):
+                    break
+
+    def _bound(self, unit_id: str) -> list[Bound]:
+        bound = []
+        resident = self.pool.holder_of(unit_id)
+        if resident is not None and not resident.stopping:
+            job = resident.holder.job
+            idle = None if job else self.idle.idle_since.get(resident.key)
+            bound.append(Bound(str(resident.key), not job, R.RESIDENT, 0.0, idle_since=idle))
+        for grant in self.pool.bound_to(unit_id):
+            key, job = grant.key, grant.holder.job
+            since = (self.parked_jobs if job else self.parked_people)[key]
+            wants = self._may_come_back(key) if job else key in self.waking
+            bound.append(Bound(str(key), not job, R.PARKED, since, wants=wants))
+        return bound
+
+    def _may_come_back(self, key: int) -> bool:
+        """People first: not while a start in line could use the job's GPUs."""
+        job = self.by_key[key]
         people = self.people_short()
-        for key in sorted(self.parked_jobs, key=self.parked_jobs.__getitem__):
-            job = self.by_key[key]
-            if any(self._compete(job.request, Request(gpus=w.gpus)) for w in people):
-                continue
+        return not any(self._compete(job.request, Request(gpus=w.gpus)) for w in people)
+
+    def _move(self, step: Step) -> bool:
+        """Parks or restores the grant `step` names; False if the pool refused."""
+        key = int(step.holder)
+        job = self.by_key.get(key)
+        if step.action == "park" and job is not None:
+            self._park_job(job)
+        elif step.action == "park":
+            self._park_person(key)
+        elif step.action == "restore" and job is not None:
             try:
                 self.pool.restore(key, job.limits.admit)
             except (StillLent, LimitExceeded):
-                continue
+                return False
             job.parked = False
             del self.parked_jobs[key]
+        elif step.action == "restore":
+            try:
+                self.pool.restore(key)  # a person's return is not held by their limits
+            except StillLent:
+                return False
+            del self.parked_people[key]
+            self.idle.forget(key)  # back because a cell runs: its GPU is not idle
+            self.out.resume_waits.append(self.now - self.waking.pop(key))
+        else:
+            return False  # "give way", "start": nothing here is unparkable or starting
+        return True
 
-    # --- people -----------------------------------------------------------------------
-    def watch(self) -> None:
-        for key in list(self.parked_people):
-            server = self.servers[key]
-            segment = server.work.segment_now() if server.work else None
-            if segment is not None and segment.busy:
-                self.waking.setdefault(key, self.now)
-                self._wake(server)
-        super().watch()
-        for server in list(self.servers.values()):
-            idle = self.idle.idle_since.get(server.key)
-            lunch = idle is not None and self.now - idle >= PARK_AFTER
-            if lunch and server.key not in self.parked_people and self._on_parked_job(server):
-                self.cull(server, "gpu_idle_timeout")  # parked: the job comes back
-
-    def _on_parked_job(self, server: Server) -> bool:
-        grant = self.pool.grant_of(server.key)
-        return grant is not None and any(
-            g.holder.job for unit_id in grant.ids for g in self.pool.bound_to(unit_id)
-        )
-
-    def _wake(self, server: Server) -> None:
-        grant = self.pool.grant_of(server.key)
-        assert grant is not None
-        for unit_id in grant.ids:
-            holder = self.pool.holder_of(unit_id)
-            if holder is not None and holder.key in self.by_key:
-                self._park_job(self.by_key[holder.key])
-        try:
-            self.pool.restore(server.key)  # a person's wake is not held by their limits
-        except StillLent:
-            return
-        del self.parked_people[server.key]
-        self.out.resume_waits.append(self.now - self.waking.pop(server.key))
+    def _park_person(self, key: int) -> None:
+        self.pool.park(key)
+        self.parked_people[key] = self.now
+        self.out.parked["people"] += 1
 
     def _verdict(self, server: Server) -> str | None:
         if server.key not in self.parked_people:
@@ -155,9 +200,7 @@ class ParkingReplay(JobsReplay):
         if why != "gpu_idle_timeout":
             super().cull(server, why)
             return
-        self.pool.park(server.key)
-        self.parked_people[server.key] = self.now
-        self.out.parked["people"] += 1
+        self._park_person(server.key)
 
     def stop(self, server: Server) -> None:
         self.parked_people.pop(server.key, None)

@@ -49,3 +49,15 @@ def test_a_parked_server_nobody_comes_back_to_is_stopped_after_max_parked():
     replayed = replay_week([left_open], [], hub, with_parking(hub), minutes=DAY)
     assert replayed.parked["people"] == 1
     assert replayed.culls == {"max_parked": 1}, duration(MAX_PARKED)
+
+
+def test_a_persons_start_held_by_their_own_limit_parks_their_own_job():
+    """The trainer may hold one GPU of two, and their job holds it: without parking their
+    start waits 40 min for the job's end; with it, the job parks and comes back after."""
+    hub = site(gpus=2, max_gpus_per_user=1)
+    trainer = person("trainer", "B30", EIGHT + timedelta(minutes=50))
+    waited = replay_week([trainer], [run(90)], hub, with_jobs(hub), minutes=DAY)
+    assert waited.waits == [40 * MINUTE]
+    parked = replay_week([trainer], [run(90)], hub, with_parking(hub), minutes=DAY)
+    assert parked.waits == [0] and parked.parked["jobs"] == 1 and parked.run_lost == 0
+    assert parked.turnarounds == [(90 + 30) * MINUTE]  # it stood still while they worked
