@@ -11,10 +11,10 @@ SPAWNS_REFUSED = Counter(
     "gpuspawner_spawns_refused_total",
     "Spawns refused before a container was made, by reason: capacity (not enough free "
     "GPUs), limit (a group limit), budget (a used-up GPU-hour budget), invalid_options (bad "
-    "user_options).",
+    "user_options), job_server (a GPU job's server started by hand).",
     ["reason"],
 )
-for _reason in ("capacity", "limit", "budget", "invalid_options"):
+for _reason in ("capacity", "limit", "budget", "invalid_options", "job_server"):
     SPAWNS_REFUSED.labels(_reason)  # at zero from the start, so rate() sees the first one
 
 ENGINE_ERRORS = Counter(

@@ -118,6 +118,14 @@ def test_a_notebook_job_runs_on_exactly_its_gpus_and_keeps_its_output(hub):
     hub.wait_for(lambda: len(free(hub)) == 2, timeout=90, what="the job's GPU back in the pool")
     hub.wait_gone("bob", running["server"])
 
+    by_hand = hub.spawn("bob", running["server"], profile="gpu-1")  # its start link, on Home
+    assert by_hand.status_code == 409, by_hand.text
+    assert (
+        "is a GPU job's server: the hub starts it when the job's turn comes"
+        in (by_hand.json()["message"])
+    )
+    assert len(free(hub)) == 2 and job(hub, "bob", submitted["id"])["state"] == "done"
+
 
 def test_a_failed_notebook_job_keeps_its_error_and_gives_its_gpu_back(hub):
     submitted = submit(hub, "bob", profile="gpu-1", notebook="broken.ipynb")

@@ -25,7 +25,7 @@ from typing import Any
 from ...core.give_way import RunningJob, giving_way
 from ...core.job_hints import GPUUse
 from ...core.job_rules import JobRules
-from ...core.jobs import Event, InvalidJob, JobSpec, JobState, server_of, step
+from ...core.jobs import SERVER_PREFIX, Event, InvalidJob, JobSpec, JobState, server_of, step
 from ...core.limits import LimitExceeded, UserLimits
 from ...core.placement import NotEnoughGPUs
 from ...core.pool import Grant, Holder
@@ -95,8 +95,18 @@ class JobBoard:
         return server_id in self._launching
 
     def is_job(self, user_id: int, server: str) -> bool:
+        """Whether `server` runs (or waits to run) one of this user's jobs."""
         job = self._by_server(user_id, server)
         return job is not None
+
+    def job_server(self, user_id: int, server: str) -> bool:
+        """Whether `server` is, or was, one of this user's jobs' servers: the hub's alone to
+        start (an ended job's server stays on the user's Home page, with a start link)."""
+        if self.is_job(user_id, server):
+            return True
+        number = server.removeprefix(SERVER_PREFIX)
+        ended = self.record.get(int(number)) if number.isdigit() and number != server else None
+        return ended is not None and ended.user_id == user_id
 
     def place_of(self, job: Job) -> int:
         """A waiting job's place among the waiting jobs (1: next)."""

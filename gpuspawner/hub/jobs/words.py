@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ...core.jobs import OUTPUTS
 from ...core.limits import Limited
 from ...core.profiles import Profile
 from ...core.units import Request
@@ -56,6 +57,14 @@ def gave_way(to: str, now: float) -> str:
     return (
         f"Gave way at {at_clock(now, now)} to {to}'s start: it waits again and will run "
         "again from its own checkpoint (saved on SIGTERM) when GPUs free up."
+    )
+
+
+def started_by_hand(server: str) -> str:
+    return (
+        f"{server} is a GPU job's server: the hub starts it when the job's turn comes, "
+        f"never by hand. Its outputs are in ~/{OUTPUTS}/{server}; to run it again, submit "
+        "the job again (JupyterLab's Create Job, or gpuspawner job submit)."
     )
 
 
