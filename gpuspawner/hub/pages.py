@@ -28,6 +28,7 @@ from .jobs.view import job_view
 from .report import HolderNow, as_labelled, pool_report, usage_report
 
 TEMPLATES = str(Path(__file__).with_name("templates"))
+ENDED_JOBS_SHOWN = 24 * 3600.0  # seconds: the GPUs page lists the jobs that ended this recently
 
 
 class PoolReport:
@@ -36,12 +37,14 @@ class PoolReport:
     def report(self: Any) -> dict[str, Any]:
         broker = Broker.current()
         jobs = broker.jobs
+        if not isinstance(jobs, JobBoard):
+            return {**pool_report(broker, self._holder_now), "usage": usage_report(broker)}
+        ended = jobs.ended_since(broker.clock() - ENDED_JOBS_SHOWN)
         return {
             **pool_report(broker, self._holder_now),
             "usage": usage_report(broker),
-            "jobs": [job_view(j, jobs, self.base_url) for j in jobs.unfinished()]
-            if isinstance(jobs, JobBoard)
-            else [],
+            "jobs": [job_view(j, jobs, self.base_url) for j in jobs.unfinished()],
+            "ended_jobs": [job_view(j, jobs, self.base_url) for j in ended],
         }
 
     def _holder_now(self: Any, grant: Grant) -> HolderNow:

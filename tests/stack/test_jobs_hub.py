@@ -271,6 +271,16 @@ def test_the_gpus_page_shows_a_running_job_its_gpus_and_a_hint(hub, load_file):
         assert "running" in row.text and "train.py (gpu-1)" in row.text
         assert f"{uuid}: 60 %, memory 99 %" in row.text
         assert "Close to out of memory" in row.text
+        hub.api("DELETE", f"/users/bob/gpu-jobs/{submitted['id']}")
+        wait_state(hub, "bob", submitted["id"], "cancelled")
+        driver.get(f"{hub.url}/hub/gpus")  # it leaves the Jobs table for the ended ones
+        assert not driver.find_elements(
+            By.CSS_SELECTOR, f'#jobs-table tr[data-job="{submitted["id"]}"]'
+        )
+        ended = f'#ended-jobs-table tr[data-job="{submitted["id"]}"]'
+        row = driver.find_element(By.CSS_SELECTOR, ended)
+        assert "cancelled" in row.text and "Cancelled at" in row.text
+        assert f"outputs in ~/jobs/{running['server']}" in row.text
     finally:
         driver.quit()
         load_file.write_text("{}")

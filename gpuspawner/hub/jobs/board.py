@@ -94,6 +94,10 @@ class JobBoard:
         """Whether a job's GPUs wait for this server's start to take them."""
         return server_id in self._launching
 
+    def ended_since(self, since: float, limit: int = 50) -> list[Job]:
+        """The jobs that ended after `since`, the latest first: for the admin's page."""
+        return [j for j in self.record.recent(limit) if j.final and (j.ended or 0) >= since]
+
     def is_job(self, user_id: int, server: str) -> bool:
         """Whether `server` runs (or waits to run) one of this user's jobs."""
         job = self._by_server(user_id, server)
