@@ -88,12 +88,17 @@ class Pool(Books):
 
     # --- taking and giving back ---------------------------------------------------------
     def allocate(
-        self, holder: Holder, request: Request | int, admit: Admission | None = None
+        self,
+        holder: Holder,
+        request: Request | int,
+        admit: Admission | None = None,
+        borrows: bool = True,
     ) -> Grant:
         """Take what `request` asks for (a number: whole GPUs) for a server, after `admit`
         (which may raise; a user's `UserLimits.admit`) agrees to its weight. Limits are
         decided before capacity, so a request over a limit is told so even when nothing is
-        free."""
+        free. `borrows`: whether it may be lent parked work's GPUs (`_choose_for`); False
+        for a job that cannot be parked, as it could not give them back at once."""
         if isinstance(request, int):
             request = Request(gpus=request)
         with self._lock:
@@ -102,7 +107,7 @@ class Pool(Books):
                 raise AlreadyHolding(f"{held.holder.name} already holds {held.ids}")
             short: NotEnoughGPUs | None = None
             try:
-                chosen = self._choose_for(request, holder.job)
+                chosen = self._choose_for(request, holder.job, borrows)
             except NotEnoughGPUs as refusal:
                 chosen, short = (), refusal
             weight = sum((u.weight for u in chosen), Fraction(0))
@@ -155,13 +160,15 @@ class Pool(Books):
             except NotEnoughGPUs:
                 return None
 
-    def _choose_for(self, request: Request, job: bool) -> tuple[Unit, ...]:
+    def _choose_for(self, request: Request, job: bool, borrows: bool = True) -> tuple[Unit, ...]:
         """Units bound to parked work are lent only when no others will do, and only across
         kinds: a parked job's to a person, a parked person's to a job (which gives way at
-        once when they come back)."""
+        once, by parking, when they come back)."""
         try:
             return self._choose(request, claimed=frozenset(self._bound))
         except NotEnoughGPUs:
+            if not borrows:
+                raise
             lendable = {
                 unit_id
                 for unit_id, keys in self._bound.items()

@@ -65,6 +65,15 @@ def test_parked_gpus_are_lent_only_across_kinds(parked, asker, lent):
             pool.allocate(asker(2), 1)
 
 
+def test_a_job_that_cannot_be_parked_is_never_lent_a_parked_persons_gpu():
+    """It could not give the GPU back at once when the person returns."""
+    pool = Pool(UUIDS[:1])
+    pool.park(pool.allocate(person(1), 1).key)
+    with pytest.raises(NotEnoughGPUs):
+        pool.allocate(job(2), 1, borrows=False)  # say, an NCCL program across GPUs
+    assert pool.allocate(job(3), 1).uuids == (UUIDS[0],)
+
+
 def test_parked_work_counts_against_no_limit_and_coming_back_is_admitted_again():
     pool = Pool(UUIDS[:2])
     grant = pool.allocate(job(1), 1)
