@@ -253,10 +253,14 @@ class JobsReplay(Replay):
     def _compete(self, job: Request, person: Request) -> bool:
         return any(job.matches(u) and person.matches(u) for u in self.pool.units)
 
+    def parkable(self, job: Job) -> bool:
+        """Whether its GPU work can be parked (with parking: `parking.ParkingReplay`)."""
+        return False
+
     def _try_start(self, job: Job) -> bool:
         holder = Holder(job.key, job.user_id, job.run.user, server_of(job.id), job=True)
         try:
-            grant = self.pool.allocate(holder, job.request, job.limits.admit)
+            grant = self.pool.allocate(holder, job.request, job.limits.admit, self.parkable(job))
         except (NotEnoughGPUs, LimitExceeded):
             return False  # later: what is free does not fit it, or its user holds enough
         state = step(JobState.WAITING, Event.DISPATCHED)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
+from fractions import Fraction
 
 from gpuspawner.core.jobs import JobState
 from gpuspawner.core.limits import LimitExceeded
@@ -57,6 +58,7 @@ class ParkingReplay(JobsReplay):
         self.parked_jobs: dict[int, float] = {}  # job key → since
         self.parked_people: dict[int, float] = {}  # server key → since
         self.waking: dict[int, float] = {}  # server key → since when its person waits
+        self.at_limit: set[int] = set()  # people parked at their GPU-idle limit (not for a job)
 
     # --- jobs -------------------------------------------------------------------------
     def grant(self, work: Work) -> bool:
@@ -70,7 +72,10 @@ class ParkingReplay(JobsReplay):
         own = [
             j
             for j in self.jobs
-            if j.user_id == work.user_id and j.state is JobState.RUNNING and not j.parked
+            if j.user_id == work.user_id
+            and j.state is JobState.RUNNING
+            and not j.parked
+            and self.parkable(j)
         ]
         for job in sorted(own, key=lambda j: -j.started):
             self._park_job(job)
@@ -78,7 +83,16 @@ class ParkingReplay(JobsReplay):
                 return True
         return False
 
+    def parkable(self, job: Job) -> bool:
+        """A run on one GPU; one on several is an NCCL program, which the driver cannot
+        checkpoint today (NVIDIA/cuda-checkpoint #27, #28, #45), unless the policy says
+        what a driver that could would give."""
+        return job.run.gpus == 1 or self.policy.parks_nccl
+
     def give_way(self, job: Job, to: Work) -> None:
+        if not self.parkable(job):
+            super().give_way(job, to)  # SIGTERM and its grace, as without parking
+            return
         self._park_job(job)
         to.due = self.now  # asks again in this minute's second pass
 
@@ -115,7 +129,36 @@ class ParkingReplay(JobsReplay):
 
     def dispatch(self) -> None:
         self.arbitrate()  # parked jobs come back before new ones start
+        self._reclaim_for_jobs()
         super().dispatch()
+
+    def _reclaim_for_jobs(self) -> None:
+        """A job that cannot be parked is never lent a parked person's GPUs (it could not
+        give them back at once). Where it would fit on the GPUs of people parked at their
+        GPU-idle limit, those are stopped, longest parked first, as the hub stops them
+        today at that limit: parking never keeps a GPU from a job longer than that."""
+        people = self.people_short()
+        waiting = [j for j in self.jobs if j.state is JobState.WAITING and not self.parkable(j)]
+        for job in sorted(waiting, key=lambda j: j.submitted):
+            if any(self._compete(job.request, Request(gpus=w.gpus)) for w in people):
+                continue
+            kept = self._bound_units() - self._units_of(self.at_limit)
+            taken = self.pool.would_take(job.request, frozenset(), kept)
+            if taken is None or not taken & self._units_of(self.at_limit):
+                continue
+            try:
+                job.limits.admit(Fraction(job.run.gpus), job.user_id, self.pool.usage())
+            except LimitExceeded:
+                continue
+            for key in sorted(self.at_limit, key=self.parked_people.__getitem__):
+                if taken & self._units_of({key}):
+                    self.cull(self.servers[key], "parked, its GPU needed")
+
+    def _bound_units(self) -> frozenset[str]:
+        return frozenset(u for g in self.pool.grants() if g.parked for u in g.ids)
+
+    def _units_of(self, keys: set[int]) -> frozenset[str]:
+        return frozenset(u for k in keys for u in self.pool.grant_of(k).ids)  # type: ignore[union-attr]
 
     # --- the arbiter, GPU by GPU --------------------------------------------------------
     def watch(self) -> None:
@@ -176,15 +219,18 @@ class ParkingReplay(JobsReplay):
             except StillLent:
                 return False
             del self.parked_people[key]
+            self.at_limit.discard(key)
             self.idle.forget(key)  # back because a cell runs: its GPU is not idle
             self.out.resume_waits.append(self.now - self.waking.pop(key))
         else:
             return False  # "give way", "start": nothing here is unparkable or starting
         return True
 
-    def _park_person(self, key: int) -> None:
+    def _park_person(self, key: int, at_limit: bool = False) -> None:
         self.pool.park(key)
         self.parked_people[key] = self.now
+        if at_limit:
+            self.at_limit.add(key)
         self.out.parked["people"] += 1
 
     def _verdict(self, server: Server) -> str | None:
@@ -200,11 +246,12 @@ class ParkingReplay(JobsReplay):
         if why != "gpu_idle_timeout":
             super().cull(server, why)
             return
-        self._park_person(server.key)
+        self._park_person(server.key, at_limit=True)
 
     def stop(self, server: Server) -> None:
         self.parked_people.pop(server.key, None)
         self.waking.pop(server.key, None)
+        self.at_limit.discard(server.key)
         super().stop(server)
 
     def works(self, server: Server) -> bool:

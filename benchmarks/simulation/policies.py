@@ -41,6 +41,7 @@ class Policy:
     jobs: bool = False  # training runs are jobs (with the line: they give way to its starts)
     grace: float | None = None  # jobs' preempt_grace in seconds, instead of the site's
     parking: bool = False  # jobs park for people, people park at their GPU-idle limit
+    parks_nccl: bool = False  # with parking: multi-GPU (NCCL) runs park too (no driver yet)
 
 
 def policies(site: Site) -> tuple[Policy, ...]:
@@ -78,7 +79,9 @@ def training_policies(site: Site) -> tuple[Policy, ...]:
     """The training team's week: its runs as notebook servers under the shipped policy,
     against its runs as jobs: with the site's preempt_grace,
     and with one of a minute (what moves people's waits: a start that makes a job give way
-    waits for its grace to run out, at most), and as jobs that park instead (issue #29)."""
+    waits for its grace to run out, at most), and as jobs that park instead (issue #29):
+    multi-GPU runs (NCCL programs, which today's driver cannot checkpoint) giving way by
+    SIGTERM, and, for what a driver that could would give, parking too."""
     return (
         Policy(
             "runs as servers: pool + GPU-aware culling (shipped)",
@@ -88,6 +91,7 @@ def training_policies(site: Site) -> tuple[Policy, ...]:
         with_jobs(site),
         with_jobs(site, grace=60.0),
         with_parking(site),
+        replace(with_parking(site), name=f"{with_parking(site).name}, NCCL too", parks_nccl=True),
     )
 
 

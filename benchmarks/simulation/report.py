@@ -170,7 +170,7 @@ def goal(results: Sequence[Result]) -> str:
 
 def parking_goal(results: Sequence[Result]) -> str:
     """Whether the runs as jobs that park meet issue #29's goal."""
-    parking = next((r for r in results if r.policy.parking), None)
+    parking = next((r for r in results if r.policy.parking and not r.policy.parks_nccl), None)
     if parking is None:
         return ""
     o = parking.outcome
@@ -188,8 +188,8 @@ def parking_goal(results: Sequence[Result]) -> str:
     parks = (
         f" Parked: {o.parked['jobs']} times a job for a person, {o.parked['people']} times a "
         f"person's idle server; {o.culls['max_parked']} servers stopped after "
-        f"{duration(MAX_PARKED)} parked, {o.culls['parked, its GPU needed']} for a start "
-        "that needed their GPUs."
+        f"{duration(MAX_PARKED)} parked, {o.culls['parked, its GPU needed']} for work that "
+        "needed their GPUs."
     )
     return (
         f"Against the goal of issue #29, {parking.policy.name}: " + "; ".join(parts) + "." + parks

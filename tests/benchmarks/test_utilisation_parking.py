@@ -1,6 +1,7 @@
 """The parking row (issue #29): jobs park for people and people park at their GPU-idle
 limit, through the real pool's park and restore. Small traces worked out by hand."""
 
+from dataclasses import replace
 from datetime import timedelta
 
 from simulation.parking import MAX_PARKED
@@ -61,3 +62,26 @@ def test_a_persons_start_held_by_their_own_limit_parks_their_own_job():
     parked = replay_week([trainer], [run(90)], hub, with_parking(hub), minutes=DAY)
     assert parked.waits == [0] and parked.parked["jobs"] == 1 and parked.run_lost == 0
     assert parked.turnarounds == [(90 + 30) * MINUTE]  # it stood still while they worked
+
+
+def test_a_multi_gpu_job_gives_way_by_sigterm_as_the_driver_cannot_park_nccl():
+    hub = site(gpus=2)
+    alice = person("alice", "B30", EIGHT + timedelta(minutes=50))
+    nccl = [run(90, gpus=2)]
+    replayed = replay_week([alice], nccl, hub, with_parking(hub), minutes=DAY)
+    assert replayed.waits == [120] and (replayed.stopped, replayed.run_lost) == (1, 2 * 20)
+    could = replace(with_parking(hub), parks_nccl=True)  # what a driver that could would give
+    replayed = replay_week([alice], nccl, hub, could, minutes=DAY)
+    assert replayed.waits == [0] and replayed.parked["jobs"] == 1 and replayed.run_lost == 0
+
+
+def test_a_job_that_cannot_park_takes_the_gpus_of_people_parked_at_their_gpu_idle_limit():
+    """Two servers left open from 8:00 are parked at 9:00 (gpu_idle_timeout 30 min); a
+    2-GPU job waiting since 8:10 may not borrow their GPUs, so they are stopped, as the
+    hub stops them today at that limit, and it runs from 9:01."""
+    hub = site(gpus=2, gpu_idle_timeout=1800)
+    left_open = [person(name, "B30", EIGHT, then="open") for name in ("alice", "bob")]
+    job = run(60, at=EIGHT + timedelta(minutes=10), gpus=2)
+    replayed = replay_week(left_open, [job], hub, with_parking(hub), minutes=DAY)
+    assert replayed.culls["parked, its GPU needed"] == 2 and replayed.interrupted == 0
+    assert replayed.turnarounds == [(10 * 60 + 1 - (8 * 60 + 10)) * MINUTE]
