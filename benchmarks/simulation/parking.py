@@ -1,29 +1,31 @@
-"""Parking on the simulator's clock (issue #29), through the real core's `Pool.park` and
-`Pool.restore`: the jobs row, with three changes to each minute.
+"""Parking on the simulator's clock (issue #29): the jobs row, with jobs parked for people
+and people parked at their GPU-idle limit, through the real core's `Pool.park` and
+`Pool.restore`, each GPU's moves those of the parking arbiter (`core.parking.decide`).
 
-1. A job that must give way to a person's start is parked, not stopped: the driver's lock
-   and checkpoint take seconds, so its GPUs are lent to the person in the same minute (a
-   second pass of the line), and its run loses nothing: it stands still until it comes
-   back on the same GPUs.
+1. A job that must give way to a person's start is parked, not stopped, if the driver can
+   park it: a run on one GPU (a multi-GPU run is an NCCL program, which it cannot today;
+   that one gives way by SIGTERM and its grace, unless the policy says `parks_nccl`).
+   Parking takes seconds, so its GPUs go to the person in the same minute (a second
+   pass of the line), and its run loses nothing: it stands still until it comes back on
+   the same GPUs. A person's start held by their own GPU limit parks their own jobs.
 2. A person's server whose GPUs have been idle for their group's `gpu_idle_timeout` is
-   parked, not stopped: its kernel lives, its GPUs run jobs meanwhile. When its person
-   runs something again (a busy segment) the jobs on its GPUs are parked (a person beats a
-   job) and it is restored in the same minute; until it is, its person waits, and that
-   wait is a resume wait. Parked for MAX_PARKED, it is stopped as today.
-3. Parked jobs come back, longest parked first, whenever their GPUs are free, their
-   user's limits admit them, and no person's start in line could use those GPUs (people
-   first, as for waiting jobs), before waiting jobs are dispatched.
+   parked, not stopped: its kernel lives, its GPUs run parkable jobs meanwhile. When its
+   person runs something again (a busy segment) the arbiter parks the job on its GPUs (a
+   person beats a job) and restores it in the same minute; until it is restored its
+   person waits, a resume wait. A job that cannot park may have people parked at that
+   limit stopped, as the hub stops them today. Parked for MAX_PARKED, it is stopped.
+3. Parked jobs come back whenever their GPUs are free, their user's limits admit them,
+   and no person's start in line could use those GPUs (people first), before waiting
+   jobs are dispatched.
 
 Bounds: parking and restoring take no simulated time (seconds, against minutes: the device
-check measures them) and never fail (the team's work runs one CUDA process per GPU, no
-MIG); host memory is not limited (`park_memory_limit` unset).
+check measures them) and never fail; host memory is not limited (`park_memory_limit`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from datetime import datetime
 from fractions import Fraction
+from typing import Any
 
 from gpuspawner.core.jobs import JobState
 from gpuspawner.core.limits import LimitExceeded
@@ -32,11 +34,7 @@ from gpuspawner.core.pool import StillLent
 from gpuspawner.core.units import Request
 
 from .board import Job, JobsReplay
-from .jobs import TrainingJob
 from .model import Server, Work
-from .policies import Policy
-from .site import Site
-from .trace import Session
 
 MAX_PARKED = 12 * 3600.0  # seconds a person's server may stay parked: then stopped
 PARK_AFTER = 10 * 60.0  # seconds idle after which a person on a parked job's GPU is parked
@@ -45,16 +43,8 @@ ROOM = 2**62  # the GPUs' free memory: not modelled, so never what holds a resto
 
 
 class ParkingReplay(JobsReplay):
-    def __init__(
-        self,
-        sessions: list[Session],
-        jobs: Sequence[TrainingJob],
-        site: Site,
-        policy: Policy,
-        start: datetime,
-        minutes: int,
-    ) -> None:
-        super().__init__(sessions, jobs, site, policy, start, minutes)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:  # JobsReplay's
+        super().__init__(*args, **kwargs)
         self.parked_jobs: dict[int, float] = {}  # job key → since
         self.parked_people: dict[int, float] = {}  # server key → since
         self.waking: dict[int, float] = {}  # server key → since when its person waits
