@@ -127,14 +127,18 @@ class ParkingReplay(JobsReplay):
         give them back at once). Where it would fit on the GPUs of people parked at their
         GPU-idle limit, those are stopped, longest parked first, as the hub stops them
         today at that limit: parking never keeps a GPU from a job longer than that."""
+        if not self.at_limit:
+            return
         people = self.people_short()
         waiting = [j for j in self.jobs if j.state is JobState.WAITING and not self.parkable(j)]
         for job in sorted(waiting, key=lambda j: j.submitted):
             if any(self._compete(job.request, Request(gpus=w.gpus)) for w in people):
                 continue
-            kept = self._bound_units() - self._units_of(self.at_limit)
-            taken = self.pool.would_take(job.request, frozenset(), kept)
-            if taken is None or not taken & self._units_of(self.at_limit):
+            reclaimable = self._units_of(self.at_limit)
+            taken = self.pool.would_take(
+                job.request, frozenset(), self._bound_units() - reclaimable
+            )
+            if taken is None or not taken & reclaimable:
                 continue
             try:
                 job.limits.admit(Fraction(job.run.gpus), job.user_id, self.pool.usage())
