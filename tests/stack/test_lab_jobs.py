@@ -77,6 +77,22 @@ def row_of(driver, name: str) -> str:
     return next((r.text for r in rows if name in r.text), "")
 
 
+def named(name: str):
+    """A wait's condition: the dialog's job name field says `name`, typed again for as long
+    as it does not (the dialog fills in its default name as it loads, over what was typed:
+    under CI's load the job was created as "train")."""
+
+    def condition(driver) -> bool:
+        field = driver.find_element(By.CSS_SELECTOR, 'input[name="jobName"]')
+        if field.get_attribute("value") == name:
+            return True
+        field.send_keys(Keys.CONTROL, "a")  # a React field: clear() would come back
+        field.send_keys(name)
+        return False
+
+    return condition
+
+
 def completed_row(name: str):
     """A wait's condition: the job list's row for `name` once it says Completed. Until it
     does, Reload is clicked (the list does not poll), and the rows are read at the next
@@ -101,15 +117,15 @@ def completed_row(name: str):
 def test_a_job_created_in_jupyterlab_runs_on_the_hub_and_shows_completed(hub: Hub, browser):
     log_in(browser, hub.url, "bob", PASSWORD)
     browser.get(f"{hub.url}/user/bob/lab/tree/train.ipynb")
-    wait = WebDriverWait(browser, 120, poll_frequency=0.5)
+    wait = WebDriverWait(
+        browser, 120, poll_frequency=0.5, ignored_exceptions=(StaleElementReferenceException,)
+    )
     wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, CREATE_JOB))[0].click()
-    name = wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, 'input[name="jobName"]'))[0]
-    name.send_keys(Keys.CONTROL, "a")  # a React field: clear() would come back
-    name.send_keys("GPU training")
     # the environment: the GPU profile gpu-2 ("2 GPUs"), of the two the dialog offers
     wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, ENVIRONMENT))[0].click()
     wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, '[data-value="gpu-2"]'))[0].click()
     wait.until(lambda d: "gpu-2" in d.find_element(By.CSS_SELECTOR, ENVIRONMENT).text)
+    wait.until(named("GPU training"))
     create = next(
         b for b in browser.find_elements(By.CSS_SELECTOR, "button") if b.text.strip() == "Create"
     )
