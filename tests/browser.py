@@ -6,6 +6,7 @@ import tempfile
 from pathlib import Path
 
 from selenium import webdriver
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.chrome.options import Options
 from selenium.webdriver.chrome.service import Service
 
@@ -24,6 +25,8 @@ FLAGS = [
 
 # The README's pictures: written by the browser tests that show those pages, at one window
 # size, so that each run's pictures look alike and a diff shows only what changed.
+# What a wait on a page that redraws itself looks past: an element read mid-redraw is stale.
+STALE = (StaleElementReferenceException,)
 DOCS_IMAGES = Path(__file__).parents[1] / "docs" / "images"
 SCREENSHOT_SIZE = (1280, 900)
 

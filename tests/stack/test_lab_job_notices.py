@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 import requests
-from browser import log_in
+from browser import STALE, log_in
 from jobkit import ADDS_UP, SEES_ITS_GPUS, notebook, put
 from realhub import PASSWORD, Hub
 from selenium.common.exceptions import TimeoutException
@@ -96,7 +96,7 @@ def notification_centre(driver) -> list:
 def toast_of(driver, words: str, timeout: float = 180):
     """The notification whose text has `words`, once it shows."""
     try:
-        return WebDriverWait(driver, timeout, poll_frequency=0.5).until(
+        return WebDriverWait(driver, timeout, poll_frequency=0.5, ignored_exceptions=STALE).until(
             lambda d: next(
                 (t for t in d.find_elements(By.CSS_SELECTOR, TOAST) if words in t.text), None
             )
@@ -126,7 +126,7 @@ def test_a_job_that_ends_is_told_of_and_its_notice_opens_the_executed_notebook(h
     train.find_element(By.XPATH, ".//button[normalize-space()='Open notebook']").click()
     executed = f"{job['outputs']}/train.ipynb"
     try:  # the executed notebook, with its outputs, in a tab of its own (not the input)
-        WebDriverWait(browser, 60, poll_frequency=0.5).until(
+        WebDriverWait(browser, 60, poll_frequency=0.5, ignored_exceptions=STALE).until(
             lambda d: (
                 any(
                     f"Path: {executed}" in (tab.get_attribute("title") or "")

@@ -16,10 +16,10 @@ import time
 
 import pytest
 import requests
-from browser import log_in
+from browser import STALE, log_in
 from jobkit import ADDS_UP, SEES_ITS_GPUS, notebook, put
 from realhub import NOTEBOOK_IMAGE, PASSWORD, Hub
-from selenium.common.exceptions import StaleElementReferenceException, TimeoutException
+from selenium.common.exceptions import TimeoutException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support.ui import WebDriverWait
@@ -117,9 +117,7 @@ def completed_row(name: str):
 def test_a_job_created_in_jupyterlab_runs_on_the_hub_and_shows_completed(hub: Hub, browser):
     log_in(browser, hub.url, "bob", PASSWORD)
     browser.get(f"{hub.url}/user/bob/lab/tree/train.ipynb")
-    wait = WebDriverWait(
-        browser, 120, poll_frequency=0.5, ignored_exceptions=(StaleElementReferenceException,)
-    )
+    wait = WebDriverWait(browser, 120, poll_frequency=0.5, ignored_exceptions=STALE)
     wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, CREATE_JOB))[0].click()
     # the environment: the GPU profile gpu-2 ("2 GPUs"), of the two the dialog offers
     wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, ENVIRONMENT))[0].click()
@@ -142,9 +140,9 @@ def test_a_job_created_in_jupyterlab_runs_on_the_hub_and_shows_completed(hub: Hu
     assert done["progress"]["cells"] == {"done": 2, "total": 2}
 
     try:  # the list shows it completed once reloaded (its Reload button: it does not poll)
-        row = WebDriverWait(
-            browser, 90, poll_frequency=2, ignored_exceptions=(StaleElementReferenceException,)
-        ).until(completed_row("GPU training"))
+        row = WebDriverWait(browser, 90, poll_frequency=2, ignored_exceptions=STALE).until(
+            completed_row("GPU training")
+        )
     except TimeoutException:
         listed = scheduler(hub, "GET", "jobs").json()
         pytest.fail(

@@ -9,7 +9,7 @@ import re
 
 import pytest
 import requests
-from browser import log_in
+from browser import STALE, log_in
 from realhub import PASSWORD, Hub
 from selenium.common.exceptions import TimeoutException
 from selenium.webdriver.common.by import By
@@ -101,7 +101,7 @@ def test_jupyterlab_shows_the_lease_and_warns_before_the_cull(hub: Hub, browser)
     log_in(browser, hub.url, "alice", PASSWORD)
     WebDriverWait(browser, 30).until(lambda d: "/hub/login" not in d.current_url)
     browser.get(f"{hub.url}/user/alice/lab")  # through the hub's OAuth, into JupyterLab
-    wait = WebDriverWait(browser, 90, poll_frequency=0.5)
+    wait = WebDriverWait(browser, 90, poll_frequency=0.5, ignored_exceptions=STALE)
     try:
         summary = wait.until(lease_shown)
     except TimeoutException:
@@ -127,7 +127,9 @@ def test_jupyterlab_shows_the_lease_and_warns_before_the_cull(hub: Hub, browser)
     ), details
     browser.find_element(By.CSS_SELECTOR, ".jp-Dialog .jp-mod-accept").click()
 
-    warning = WebDriverWait(browser, IDLE_TIMEOUT + 30, poll_frequency=0.5).until(
+    warning = WebDriverWait(
+        browser, IDLE_TIMEOUT + 30, poll_frequency=0.5, ignored_exceptions=STALE
+    ).until(
         lambda d: next(  # JupyterLab's own toasts (its news prompt) may be there too
             (
                 t.text

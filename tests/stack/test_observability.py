@@ -4,7 +4,7 @@ import json
 
 import pytest
 import requests
-from browser import log_in, screenshot_for_docs
+from browser import STALE, log_in, screenshot_for_docs
 from realhub import PASSWORD, Hub
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions
@@ -101,7 +101,8 @@ def test_an_admin_sees_the_holders_and_stops_one_from_the_page(hub: Hub, browser
     assert hub.server_model("bob", "train")["ready"]  # nothing stops before the confirmation
     browser.find_element(By.ID, "stop-reason").send_keys("the GPUs are booked for the exam")
     browser.find_element(By.ID, "stop-confirm").click()
-    WebDriverWait(browser, 60).until(
+    # the page redraws its table as the stop goes through: a row read mid-redraw is stale
+    WebDriverWait(browser, 60, ignored_exceptions=STALE).until(
         lambda driver: (
             driver.find_element(By.CSS_SELECTOR, f'tr[data-uuid="{bob_gpu}"]').get_attribute(
                 "data-state"
