@@ -302,9 +302,13 @@ class Hub:
     # --- REST API ----------------------------------------------------------
     def api(self, method: str, path: str, **kwargs: Any) -> requests.Response:
         headers = {"Authorization": f"token {self.token}", **kwargs.pop("headers", {})}
-        return requests.request(
-            method, f"{self.url}/hub/api{path}", headers=headers, timeout=30, **kwargs
-        )
+        url = f"{self.url}/hub/api{path}"
+        response = requests.request(method, url, headers=headers, timeout=30, **kwargs)
+        if method == "GET" and response.status_code == 503:
+            # the proxy's kept connection to the hub was reset (a restart of dockerd takes
+            # down the bridge the hub listens on): it answers 503 once, then reconnects
+            response = requests.request(method, url, headers=headers, timeout=30, **kwargs)
+        return response
 
     def add_users(self, *names: str, groups: dict[str, list[str]] | None = None) -> None:
         self.api("POST", "/users", json={"usernames": list(names)})
