@@ -77,6 +77,13 @@ def row_of(driver, name: str) -> str:
     return next((r.text for r in rows if name in r.text), "")
 
 
+def create_enabled(driver):
+    """The dialog's Create button, once it may be pressed (None before)."""
+    buttons = driver.find_elements(By.CSS_SELECTOR, "button")
+    create = next((b for b in buttons if b.text.strip() == "Create"), None)
+    return create if create is not None and create.is_enabled() else None
+
+
 def named(name: str):
     """A wait's condition: the dialog's job name field says `name`, typed again for as long
     as it does not (the dialog fills in its default name as it loads, over what was typed:
@@ -124,12 +131,12 @@ def test_a_job_created_in_jupyterlab_runs_on_the_hub_and_shows_completed(hub: Hu
     wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, '[data-value="gpu-2"]'))[0].click()
     wait.until(lambda d: "gpu-2" in d.find_element(By.CSS_SELECTOR, ENVIRONMENT).text)
     wait.until(named("GPU training"))
-    create = next(
-        b for b in browser.find_elements(By.CSS_SELECTOR, "button") if b.text.strip() == "Create"
-    )
-    create.click()
-
-    [job] = hub.wait_for(lambda: hub_jobs(hub, "bob"), timeout=30, what="bob's job on the hub")
+    wait.until(create_enabled).click()
+    try:  # the dialog stages the notebook, then its backend submits it to the hub
+        [job] = hub.wait_for(lambda: hub_jobs(hub, "bob"), timeout=90, what="bob's job")
+    except TimeoutError:
+        shown = browser.execute_script("return document.body.innerText")[-1500:]
+        pytest.fail(f"no job reached the hub after Create; JupyterLab shows:\n{shown}")
     assert (job["user"], job["profile"], job["notebook"]) == ("bob", "gpu-2", "train.ipynb")
     done = hub.wait_for(
         lambda: (found := hub_jobs(hub, "bob")[0])["state"] in ("done", "failed") and found,

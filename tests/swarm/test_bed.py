@@ -81,7 +81,11 @@ def test_every_node_takes_gpu_device_requests_as_the_main_engine_does(swarm: Swa
             # own environment comes first, until the command runs.
             proc = Path(f"/proc/{container.attrs['State']['Pid']}/environ")
             expected = f"NVIDIA_VISIBLE_DEVICES={','.join(gpus)}".encode()
-            wait_for(lambda p=proc: b"GOMAXPROCS" not in p.read_bytes(), "the command running")
+            # (read as the command is exec'd, the environment may come back empty: not yet)
+            wait_for(
+                lambda p=proc: (env := p.read_bytes()) and b"GOMAXPROCS" not in env,
+                "the command running",
+            )
             assert expected in proc.read_bytes().split(b"\0")
         finally:
             container.remove(force=True)
