@@ -245,10 +245,14 @@ class JobsReplay(Replay):
         by_id = {j.id: j for j in waiting}
         for entry in order:
             job = by_id[entry.key]
-            if any(self._compete(job.request, Request(gpus=w.gpus)) for w in people):
+            if self.wanted_by(people, job):
                 continue  # people first
             if job.run.gpus <= free and self._try_start(job):
                 free -= job.run.gpus
+
+    def wanted_by(self, people: Sequence[Work], job: Job) -> bool:
+        """Whether any of these people's starts could use the GPUs `job` would take."""
+        return any(self._compete(job.request, Request(gpus=w.gpus)) for w in people)
 
     def _compete(self, job: Request, person: Request) -> bool:
         return any(job.matches(u) and person.matches(u) for u in self.pool.units)

@@ -259,7 +259,7 @@ class Replay:
             else:
                 self.short.discard(work.key)
             work.quota_held |= not short  # the person's own limit or their group's quota
-            work.refused_by = "capacity" if short else getattr(refusal, "key", "")
+            work.refused_by = refusal.key if isinstance(refusal, LimitExceeded) else "capacity"
             waitable = isinstance(refusal, LimitExceeded) and refusal.waitable  # the quota
             in_line = self.line is not None and (short or waitable)
             if not in_line and not self.is_run(work):  # people's refusals

@@ -24,6 +24,7 @@ check measures them) and never fail; host memory is not limited (`park_memory_li
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from fractions import Fraction
 from typing import Any
 
@@ -111,11 +112,7 @@ class ParkingReplay(JobsReplay):
 
     def kept_back(self) -> frozenset[str]:
         """Parked people's GPUs: no person's start is given them."""
-        return frozenset(
-            unit_id
-            for key in self.parked_people
-            for unit_id in self.pool.grant_of(key).ids  # type: ignore[union-attr]
-        )
+        return self._units_of(self.parked_people)
 
     def dispatch(self) -> None:
         self.arbitrate()  # parked jobs come back before new ones start
@@ -132,7 +129,7 @@ class ParkingReplay(JobsReplay):
         people = self.people_short()
         waiting = [j for j in self.jobs if j.state is JobState.WAITING and not self.parkable(j)]
         for job in sorted(waiting, key=lambda j: j.submitted):
-            if any(self._compete(job.request, Request(gpus=w.gpus)) for w in people):
+            if self.wanted_by(people, job):
                 continue
             reclaimable = self._units_of(self.at_limit)
             taken = self.pool.would_take(
@@ -151,7 +148,7 @@ class ParkingReplay(JobsReplay):
     def _bound_units(self) -> frozenset[str]:
         return frozenset(u for g in self.pool.grants() if g.parked for u in g.ids)
 
-    def _units_of(self, keys: set[int]) -> frozenset[str]:
+    def _units_of(self, keys: Iterable[int]) -> frozenset[str]:
         return frozenset(u for k in keys for u in self.pool.grant_of(k).ids)  # type: ignore[union-attr]
 
     # --- the arbiter, GPU by GPU --------------------------------------------------------
@@ -166,7 +163,7 @@ class ParkingReplay(JobsReplay):
 
     def arbitrate(self) -> None:
         """On each GPU parked work is bound to, the moves `core.parking.decide` says."""
-        for unit_id in sorted({u for g in self.pool.grants() if g.parked for u in g.ids}):
+        for unit_id in sorted(self._bound_units()):
             for _ in range(MOVES_PER_MINUTE):
                 step = decide(self._bound(unit_id), ROOM, self.now, PARK_AFTER)
                 if step is None or not self._move(step):
@@ -188,9 +185,7 @@ class ParkingReplay(JobsReplay):
 
     def _may_come_back(self, key: int) -> bool:
         """People first: not while a start in line could use the job's GPUs."""
-        job = self.by_key[key]
-        people = self.people_short()
-        return not any(self._compete(job.request, Request(gpus=w.gpus)) for w in people)
+        return not self.wanted_by(self.people_short(), self.by_key[key])
 
     def _move(self, step: Step) -> bool:
         """Parks or restores the grant `step` names; False if the pool refused."""

@@ -37,15 +37,16 @@ class PoolReport:
     def report(self: Any) -> dict[str, Any]:
         broker = Broker.current()
         jobs = broker.jobs
-        if not isinstance(jobs, JobBoard):
-            return {**pool_report(broker, self._holder_now), "usage": usage_report(broker)}
-        ended = jobs.ended_since(broker.clock() - ENDED_JOBS_SHOWN)
-        return {
+        report = {
             **pool_report(broker, self._holder_now),
             "usage": usage_report(broker),
-            "jobs": [job_view(j, jobs, self.base_url) for j in jobs.unfinished()],
-            "ended_jobs": [job_view(j, jobs, self.base_url) for j in ended],
+            "jobs": [],
         }
+        if isinstance(jobs, JobBoard):
+            ended = jobs.ended_since(broker.clock() - ENDED_JOBS_SHOWN)
+            report["jobs"] = [job_view(j, jobs, self.base_url) for j in jobs.unfinished()]
+            report["ended_jobs"] = [job_view(j, jobs, self.base_url) for j in ended]
+        return report
 
     def _holder_now(self: Any, grant: Grant) -> HolderNow:
         spawner = self.db.get(orm.Spawner, grant.holder.spawner_id)

@@ -109,7 +109,9 @@ class JobBoard:
         if self.is_job(user_id, server):
             return True
         number = server.removeprefix(SERVER_PREFIX)
-        ended = self.record.get(int(number)) if number.isdigit() and number != server else None
+        if not server.startswith(SERVER_PREFIX) or not number.isdigit():
+            return False
+        ended = self.record.get(int(number))
         return ended is not None and ended.user_id == user_id
 
     def place_of(self, job: Job) -> int:
