@@ -12,8 +12,8 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import replace
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,18 @@ FIRST_SIMULATED_PID = 4_000_000  # above Linux's largest PID: never a real proce
 MACHINE = "gpuspawner"  # the simulated machine's name, unless c.GPUSpawner.simulated_machine
 
 
+@dataclass(frozen=True)
+class Listed:
+    """A process of the load file, as a CUDA process: on which GPU or MIG instance, with
+    how much memory, and which checkpoint calls the driver refuses it, with which CUresult
+    (`"refuse": {"restore": "CUDA_ERROR_UNKNOWN"}`)."""
+
+    device: str
+    memory_bytes: int
+    on_mig: bool = False
+    refuse: Mapping[str, str] = field(default_factory=dict)
+
+
 class SimulatedSource:
     """GPUs that look real: stable UUIDs, models and memory, MIG instances.
 
@@ -36,7 +48,9 @@ class SimulatedSource:
     health (a reason: the GPU is then unhealthy) and processes. A process is a
     PID, or {"container": NAME, "utilization_percent": P}: a process of that
     container (its name or id) using P % of the GPU, which is how a simulated
-    shared GPU says which of its servers is busy.
+    shared GPU says which of its servers is busy. For the checkpoint driver's
+    double, a process is a CUDA process holding `memory_gib` (else its share of
+    the device's `memory_used_gib`), and `refuse` names calls the driver refuses it.
     """
 
     MODEL = "NVIDIA H100 80GB HBM3"
@@ -55,6 +69,9 @@ class SimulatedSource:
         self.host = host
         self._gpus = self._read_host() if host else self._identical(count)
         self._owners: dict[int, str] = {}  # simulated PIDs → their container
+        # Checkpointed simulated PIDs → the GPU memory they held: a checkpoint driver's word
+        # (`SimulatedCheckpointDriver(host=...)`). NVML lists them no more, nor their memory.
+        self.parked: Callable[[], Mapping[int, int]] = dict
 
     @property
     def count(self) -> int:
@@ -159,20 +176,57 @@ class SimulatedSource:
         if not isinstance(load, Mapping):
             return {"processes": ()}
         changes: dict[str, Any] = {k: v for k, v in load.items() if k in _SIMULATED_FIELDS}
-        if "memory_used_gib" in load:
-            changes["memory_used_bytes"] = int(load["memory_used_gib"] * 2**30)
-        pids, shares = [], []
-        for process in load.get("processes", ()):
+        parked = self.parked()
+        pids, shares, freed = [], [], 0
+        for pid, process in self._processes(load):
+            if pid in parked:
+                freed += parked[pid]
+                continue
+            pids.append(pid)
             if isinstance(process, Mapping):
-                pid = self._pid_of(str(process.get("container", "")))
                 shares.append((pid, float(process.get("utilization_percent", 0.0))))
-                pids.append(pid)
-            else:
-                pids.append(int(process))
+        if "memory_used_gib" in load:
+            changes["memory_used_bytes"] = max(0, int(load["memory_used_gib"] * 2**30) - freed)
         changes["processes"] = tuple(pids)
         if shares:
             changes["process_utilization"] = tuple(shares)
         return changes
+
+    def _processes(self, load: Mapping[str, Any]) -> list[tuple[int, Any]]:
+        listed = load.get("processes", ())
+        return [
+            (self._pid_of(str(p.get("container", ""))) if isinstance(p, Mapping) else int(p), p)
+            for p in (listed if isinstance(listed, list) else ())
+        ]
+
+    def memory_free(self, uuid: str) -> int:
+        """A GPU's or MIG instance's free memory, as NVML would report it now."""
+        sizes = {g.uuid: g.memory_total_bytes for g in self._gpus}
+        sizes |= {m.uuid: m.memory_total_bytes for g in self._gpus for m in g.mig}
+        used = self.sample([uuid])[uuid].memory_used_bytes or 0
+        return sizes.get(uuid, 0) - used
+
+    def cuda_process(self, pid: int) -> Listed | None:
+        """A simulated process the load file lists now, as a CUDA process; None if none
+        lists it."""
+        devices = {str(g.index): g.uuid for g in self._gpus} | {g.uuid: g.uuid for g in self._gpus}
+        for g in self._gpus:
+            devices |= {f"{g.index}:{m.position}": m.uuid for m in g.mig}
+            devices |= {m.uuid: m.uuid for m in g.mig}
+        migs = {m.uuid for g in self._gpus for m in g.mig}
+        for key, load in self._loads().items():
+            if key not in devices or not isinstance(load, Mapping):
+                continue
+            processes = self._processes(load)
+            for found, process in processes:
+                if found != pid:
+                    continue
+                said = process if isinstance(process, Mapping) else {}
+                share = float(load.get("memory_used_gib", 0)) / len(processes)
+                memory = int(float(said.get("memory_gib", share)) * 2**30)
+                refuse = said.get("refuse", {})
+                return Listed(devices[key], memory, devices[key] in migs, dict(refuse))
+        return None
 
     def _pid_of(self, container: str) -> int:
         for pid, owner in self._owners.items():

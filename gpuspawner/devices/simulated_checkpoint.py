@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .checkpoint import CODES, CheckpointError, ProcessState
+from .simulated import SimulatedSource
 
 NEXT = {  # action → (the state it needs, the state it leaves)
     "lock": (ProcessState.RUNNING, ProcessState.LOCKED),
@@ -36,12 +37,31 @@ class SimulatedProcess:
 
 
 class SimulatedCheckpointDriver:
-    """CUDA processes on simulated GPUs of `gpu_memory_bytes` each, parked and restored."""
+    """CUDA processes on simulated GPUs of `gpu_memory_bytes` each, parked and restored.
 
-    def __init__(self, gpu_memory_bytes: int = 80 * 2**30) -> None:
+    With a `host` (the hub's simulated GPUs), every process its load file lists is a CUDA
+    process of the memory it says, the GPUs' free memory is what the host reports, and
+    the host lists parked processes no more (their memory freed), as NVML would.
+    """
+
+    def __init__(
+        self, gpu_memory_bytes: int = 80 * 2**30, host: SimulatedSource | None = None
+    ) -> None:
         self.gpu_memory_bytes = gpu_memory_bytes
         self.processes: dict[int, SimulatedProcess] = {}
         self._refusals: dict[tuple[str, int | None], int] = {}  # (action, pid) → CUresult
+        self.host = host
+        if host is not None:
+            host.parked = self.parked_memory
+
+    def parked_memory(self) -> dict[int, int]:
+        """The processes whose memory is off their GPU (parked, or lost in a failed
+        restore), with the bytes they held there."""
+        return {
+            pid: p.memory_bytes
+            for pid, p in self.processes.items()
+            if p.state in (ProcessState.CHECKPOINTED, ProcessState.FAILED)
+        }
 
     def start(self, pid: int, process: SimulatedProcess) -> None:
         """A CUDA process opens its GPU, or fails to, as cudaMalloc would."""
@@ -54,6 +74,8 @@ class SimulatedCheckpointDriver:
 
     def free_bytes(self, gpu: str) -> int:
         """What NVML would report free on `gpu`: parked processes hold none of it."""
+        if self.host is not None:
+            return self.host.memory_free(gpu)
         return self.gpu_memory_bytes - sum(
             p.memory_bytes
             for p in self.processes.values()
@@ -91,6 +113,14 @@ class SimulatedCheckpointDriver:
         code = self._refusals.pop((action, pid), None) or self._refusals.pop((action, None), None)
         if code is not None:
             raise CheckpointError(action, pid, code)
+        listed = self.host.cuda_process(pid) if self.host is not None else None
+        if listed is not None:
+            if action in listed.refuse:
+                raise CheckpointError(action, pid, CODES[listed.refuse[action]])
+            if pid not in self.processes:
+                self.processes[pid] = SimulatedProcess(
+                    listed.device, listed.memory_bytes, listed.on_mig
+                )
         if pid not in self.processes:
             raise CheckpointError(action, pid, CODES["CUDA_ERROR_INVALID_VALUE"])
         return self.processes[pid]
