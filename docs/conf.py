@@ -25,13 +25,18 @@ html_static_path: list[str] = []
 
 
 def gpuspawner_settings() -> list[str]:
-    """The settings gpuspawner itself defines (its mixin's, what GPUSpawner redefines, and
+    """The settings gpuspawner itself defines (its mixins', what GPUSpawner redefines, and
     SwarmGPUSpawner's own), as "module.Class.name"."""
+    from gpuspawner.config.parking import ParkingSettings
     from gpuspawner.config.settings import GPUSettings
     from gpuspawner.hub.engines.docker import GPUSpawner
     from gpuspawner.hub.engines.swarm import SwarmGPUSpawner
 
-    own = {*GPUSettings.class_own_traits(config=True), *GPUSpawner.class_own_traits(config=True)}
+    own = {
+        *GPUSettings.class_own_traits(config=True),
+        *ParkingSettings.class_own_traits(config=True),
+        *GPUSpawner.class_own_traits(config=True),
+    }
     swarm = SwarmGPUSpawner.class_own_traits(config=True)
     return [
         *(f"gpuspawner.hub.engines.docker.GPUSpawner.{name}" for name in sorted(own)),

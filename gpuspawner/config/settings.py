@@ -25,6 +25,7 @@ from traitlets import (
 from ..core.line import DEFAULT_RESERVE_AFTER
 from ..core.placement import PLACEMENT_POLICIES
 from ..devices.simulated import MACHINE
+from .parking import ParkingSettings
 
 # The number settings: each one's unit, and whether 0 is allowed (none may be infinite).
 FINITE_NUMBERS = {
@@ -36,7 +37,7 @@ FINITE_NUMBERS = {
 }
 
 
-class GPUSettings(HasTraits):
+class GPUSettings(ParkingSettings, HasTraits):
     simulate_gpus = Integer(
         0,
         config=True,

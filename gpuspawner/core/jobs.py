@@ -3,7 +3,8 @@
 A job is a notebook or a script run unattended on GPUs of one of the user's
 profiles. It waits among the jobs (behind every person's start), runs in its
 own server when GPUs are free, and ends done, failed or cancelled; when a
-person's start needs its GPUs it gives way and waits again.
+person's start needs its GPUs it gives way and waits again, or is parked (its GPU work
+in host memory) until the person is done.
 
 The states and their transitions are data (as h11's `_state.py` keeps its
 own): `TRANSITIONS` says, for each state, what each event leads to; an event
@@ -34,13 +35,14 @@ class JobState(StrEnum):
     STARTING = "starting"  # its GPUs are taken, its server starts
     RUNNING = "running"
     GIVING_WAY = "giving way"  # stopping for a person's start; then it waits again
+    PARKED = "parked"  # its GPU work in host memory while a person uses its GPU
     DONE = "done"
     FAILED = "failed"
     CANCELLED = "cancelled"
 
 
 FINAL = frozenset({JobState.DONE, JobState.FAILED, JobState.CANCELLED})
-HOLDING = frozenset({JobState.STARTING, JobState.RUNNING, JobState.GIVING_WAY})
+HOLDING = frozenset({JobState.STARTING, JobState.RUNNING, JobState.GIVING_WAY, JobState.PARKED})
 
 
 class Event(StrEnum):
@@ -50,6 +52,9 @@ class Event(StrEnum):
     FINISHED = "finished"  # it reported its run ended well
     BROKE = "broke"  # it reported its run failed
     GIVE_WAY = "give way"  # a person's start needs its GPUs
+    PARK = "park"  # a person's start needs its GPUs, and the driver parked its work
+    RESTORED = "restored"  # its work is back on its GPUs
+    RESTORE_FAILED = "restore failed"  # the driver could not bring its work back
     OVER_RUNTIME = "over runtime"  # past its group's max_runtime
     CANCEL = "cancel"
     ENDED = "ended"  # its server is gone
@@ -70,6 +75,7 @@ TRANSITIONS: Mapping[JobState, Mapping[Event, JobState]] = {
         Event.FINISHED: JobState.DONE,
         Event.BROKE: JobState.FAILED,
         Event.GIVE_WAY: G,
+        Event.PARK: JobState.PARKED,
         Event.OVER_RUNTIME: JobState.FAILED,
         Event.CANCEL: JobState.CANCELLED,
         Event.ENDED: JobState.FAILED,
@@ -78,6 +84,14 @@ TRANSITIONS: Mapping[JobState, Mapping[Event, JobState]] = {
         Event.FINISHED: JobState.DONE,  # it finished within its grace
         Event.CANCEL: JobState.CANCELLED,
         Event.ENDED: W,  # (a failure report while giving way is its SIGTERM's doing)
+    },
+    JobState.PARKED: {  # its code off the GPU may still run, and report
+        Event.RESTORED: R,
+        Event.RESTORE_FAILED: JobState.FAILED,
+        Event.FINISHED: JobState.DONE,
+        Event.BROKE: JobState.FAILED,
+        Event.CANCEL: JobState.CANCELLED,
+        Event.ENDED: JobState.FAILED,
     },
 }
 

@@ -325,6 +325,18 @@ class Broker:
     def grant_of(self, key: int) -> Grant | None:
         return self._pool.grant_of(key)
 
+    def parked(self, key: int) -> Grant:
+        """The driver parked a server's GPU work: its GPUs may be lent, and the line runs
+        (a person's start waits for them). NotParkable if it is stopping meanwhile."""
+        grant = self._pool.park(key)
+        self._line.run()
+        return grant
+
+    def take_back(self, key: int) -> Grant:
+        """A parked server holds its own GPUs again, before the driver restores its work
+        (so nobody is given them meanwhile); StillLent while another holds them."""
+        return self._pool.restore(key)
+
     def release_when_gone(
         self, key: int, container_id: str = "", after: Future[object] | None = None
     ) -> asyncio.Future[None] | None:

@@ -134,8 +134,8 @@ class Monitor:
             broker.follow_layout(observation.layout)
         broker.note_telemetry(observation.telemetry)
         for grant in broker.pool.grants():
-            if not grant.stopping:
-                busy[grant.key] = self._busy(grant, observation)
+            if not grant.stopping:  # parked work is idle, whoever uses its GPU meanwhile
+                busy[grant.key] = False if grant.parked else self._busy(grant, observation)
 
     def _record_use(self, observation: Observation, busy: dict[int, bool | None]) -> None:
         broker = self.broker
@@ -168,17 +168,9 @@ class Monitor:
         telemetry = observation.telemetry
         if not any(u.kind.facts.shares_gpu for u in grant.units):
             return self.busyness.of(telemetry.get(device) for device in grant.uuids)
-        if observation.containers is None:
+        containers = containers_of(grant, observation, self.broker.hub)
+        if containers is None:
             return None  # Docker did not answer: whose processes are whose is unknown
-        containers = {
-            name
-            for seen in observation.containers
-            if seen.server is not None
-            and seen.server.spawner_id == grant.key
-            and seen.of_hub(self.broker.hub)
-            for name in (seen.id, seen.name, seen.container_id)
-            if name
-        }
         verdicts = []
         for unit in grant.units:
             sample = telemetry.get(unit.device)
@@ -201,3 +193,32 @@ class Monitor:
             for device, sample in telemetry.items()
             if sample.processes and not pool.holders_on(device)
         }
+
+
+def containers_of(grant: Grant, observation: Observation, hub: str) -> set[str] | None:
+    """The names and ids of a server's container, as the observation's owners name them;
+    None where Docker did not answer."""
+    if observation.containers is None:
+        return None
+    return {
+        name
+        for seen in observation.containers
+        if seen.server is not None and seen.server.spawner_id == grant.key and seen.of_hub(hub)
+        for name in (seen.id, seen.name, seen.container_id)
+        if name
+    }
+
+
+def processes_of(grant: Grant, observation: Observation, hub: str) -> tuple[int, ...] | None:
+    """The GPU processes a server's container runs on its GPUs (host PIDs, each once); None
+    where Docker did not answer."""
+    containers = containers_of(grant, observation, hub)
+    if containers is None:
+        return None
+    pids = (
+        pid
+        for device in grant.uuids
+        for pid in getattr(observation.telemetry.get(device), "processes", ())
+        if observation.owners.get(pid) in containers
+    )
+    return tuple(dict.fromkeys(pids))

@@ -32,16 +32,19 @@ from ..core.errors import GPUConfigError
 from ..core.job_rules import JobRules, job_rules
 from ..core.limits import UserLimits
 from ..core.units import tally
-from ..core.words import server_name
+from ..core.words import gib, server_name
+from ..devices.checkpoint import CheckpointDriver
+from ..devices.swarm import SwarmSource
 from ..engine import processes
 from ..records.jobs import JobRecord
 from ..records.ledger import Ledger
-from . import access, budgets, lease_api, metrics, notices, pages, slow_starts
+from . import access, budgets, lease_api, metrics, notices, pages, parking, slow_starts
 from .broker import Broker, BrokerNotRunning
 from .jobs import api as jobs_api
 from .jobs.board import JobBoard
 from .jobs.launch import Launcher
 from .monitor import Monitor, Owners
+from .parking import Parker
 from .reclaimer import Reclaimer
 from .recovery import KnownServers
 
@@ -128,6 +131,7 @@ async def start_broker(app: Any, spawner_class: Any = None) -> Broker:
         engine = spawner.make_engine()
         site = GPUSite.from_config(spawner, spawner.make_gpu_source(engine))
         ledger = _open_ledger(spawner.usage_ledger_file)
+        parks = _parking(spawner, site)
     except (GPUConfigError, TraitError) as error:
         app.log.critical("gpuspawner: %s", error)
         app.exit(1)
@@ -161,7 +165,18 @@ async def start_broker(app: Any, spawner_class: Any = None) -> Broker:
         spawner.usage_retention_days * 24 * 3600,
         owners=_process_owners(site),
     )
-    jobs = _serve_jobs(app, broker, spawner.usage_ledger_file)
+    parker = None
+    if parks is not None:
+        driver, limit = parks
+        parker = Parker(broker, driver, limit, app.log)
+        app.log.info(
+            "gpuspawner: jobs give way by parking (%s, up to %d GiB of host memory)",
+            type(driver).__name__,
+            gib(limit),
+        )
+        monitor.listeners.append(parker.observed)
+        broker.on_stop(parker.close)
+    jobs = _serve_jobs(app, broker, spawner.usage_ledger_file, parker)
     monitor.listeners.append(Reclaimer(app, broker, app.log))
     monitor.listeners.append(lambda observation: _jobs_tick(jobs, broker))
     monitor.listeners.append(metrics.UsageCounters(broker))
@@ -184,7 +199,16 @@ async def start_broker(app: Any, spawner_class: Any = None) -> Broker:
     return broker
 
 
-def _serve_jobs(app: Any, broker: Broker, ledger_file: str) -> JobBoard:
+def _parking(spawner: Any, site: GPUSite) -> tuple[CheckpointDriver, int] | None:
+    """Parking's driver and host-memory cap, checked (GPUConfigError); None: parking off."""
+    if not spawner.parking:
+        return None
+    on_swarm = isinstance(site.source, SwarmSource)
+    driver = parking.checkpoint_driver(spawner.checkpoint_driver, site.source, on_swarm)
+    return driver, parking.memory_limit(spawner.park_memory_limit)
+
+
+def _serve_jobs(app: Any, broker: Broker, ledger_file: str, parker: Parker | None) -> JobBoard:
     """The jobs, read back and checked against Docker's books; they start once the hub
     runs (its proxy must route to them)."""
 
@@ -200,7 +224,8 @@ def _serve_jobs(app: Any, broker: Broker, ledger_file: str) -> JobBoard:
         return None if refusal is None else str(refusal)
 
     record = JobRecord(ledger_file)
-    jobs = JobBoard(broker, Launcher(app, app.log), record, rules_of, budget_refusal, app.log)
+    launcher = Launcher(app, app.log)
+    jobs = JobBoard(broker, launcher, record, rules_of, budget_refusal, app.log, parker)
     jobs.recover()
     broker.serve_jobs(jobs)
     broker.on_stop(jobs.close)

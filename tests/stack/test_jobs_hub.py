@@ -8,11 +8,22 @@ submissions.
 from __future__ import annotations
 
 import json
-import textwrap
 
 import pytest
 from browser import chromium, log_in
-from jobkit import ADDS_UP, SEES_ITS_GPUS, in_home, notebook, put, read
+from jobkit import (
+    ADDS_UP,
+    SEES_ITS_GPUS,
+    TRAIN,
+    checkpoints,
+    in_home,
+    job,
+    notebook,
+    put,
+    read,
+    submit,
+    wait_state,
+)
 from realhub import LIGHT_SERVER, PASSWORD, Hub
 from selenium.webdriver.common.by import By
 
@@ -37,21 +48,6 @@ c.GPUSpawner.group_limits = {{
 }}
 """
 
-# Runs until SIGTERM, then saves its "checkpoint" and ends: the documented contract.
-TRAIN = textwrap.dedent(
-    """
-    import os, signal, sys, time
-    def save(signum, frame):
-        with open('checkpoint.txt', 'a') as f:
-            f.write('saved\\n')
-        sys.exit(0)
-    signal.signal(signal.SIGTERM, save)
-    print('training', flush=True)
-    while True:
-        time.sleep(0.2)
-    """
-)
-
 
 @pytest.fixture(scope="module")
 def hub(hub_factory, load_file) -> Hub:
@@ -65,39 +61,6 @@ def hub(hub_factory, load_file) -> Hub:
     put(hub, "bob", "broken.ipynb", notebook(SEES_ITS_GPUS, "raise ValueError('bad data')"))
     put(hub, "bob", "train.py", TRAIN)
     return hub
-
-
-def checkpoints(hub: Hub) -> int:
-    """How often bob's train.py saved its checkpoint on SIGTERM."""
-    saved = in_home(hub, "bob", ["sh", "-c", "cat checkpoint.txt 2>/dev/null || true"], "ro")
-    return saved.count("saved")
-
-
-def submit(hub: Hub, user: str, **body) -> dict:
-    response = hub.api("POST", f"/users/{user}/gpu-jobs", json=body)
-    assert response.status_code == 201, response.text
-    return response.json()
-
-
-def job(hub: Hub, user: str, job_id: int) -> dict:
-    response = hub.api("GET", f"/users/{user}/gpu-jobs/{job_id}")
-    response.raise_for_status()
-    return response.json()
-
-
-def wait_state(hub: Hub, user: str, job_id: int, *states: str, timeout: float = 120) -> dict:
-    try:
-        return hub.wait_for(
-            lambda: (found := job(hub, user, job_id))["state"] in states and found,
-            timeout=timeout,
-            what=f"job {job_id} {' or '.join(states)}",
-        )
-    except TimeoutError:
-        ours = [line for line in hub.log().splitlines() if "gpuspawner" in line or "[E" in line]
-        raise AssertionError(
-            f"job {job_id} is {job(hub, user, job_id)}, not {states}; the hub said:\n"
-            + "\n".join(ours[-40:])
-        ) from None
 
 
 def free(hub: Hub) -> list[str]:

@@ -5,9 +5,11 @@ could use, in its own order (its group's `job_priority`, then its user's
 recent GPU-hours, then submission: the waiting line's rule); a smaller job
 behind a larger one that does not fit starts (backfill). When a person's
 start waits for want of GPUs and jobs hold GPUs it could use, the jobs the
-core's rule picks (`core.give_way`) are stopped with SIGTERM and their
-group's grace, and wait again; the person's start gets the GPUs from the
-line once Docker confirms the jobs' containers gone.
+core's rule picks (`core.give_way`) give way: parked where parking is on and
+the driver can park them (`hub.parking`: the person is lent their GPUs at once,
+and the job is restored there when they are free again), else stopped with
+SIGTERM and their group's grace, to wait again; the person's start then gets
+the GPUs from the line once Docker confirms the jobs' containers gone.
 
 The board acts on events, never on a timer of its own: a submission, the
 line's pass (after every release, start and monitor tick), a job's
@@ -25,7 +27,16 @@ from typing import Any
 from ...core.give_way import RunningJob, giving_way
 from ...core.job_hints import GPUUse
 from ...core.job_rules import JobRules
-from ...core.jobs import SERVER_PREFIX, Event, InvalidJob, JobSpec, JobState, server_of, step
+from ...core.jobs import (
+    HOLDING,
+    SERVER_PREFIX,
+    Event,
+    InvalidJob,
+    JobSpec,
+    JobState,
+    server_of,
+    step,
+)
 from ...core.limits import LimitExceeded, UserLimits
 from ...core.placement import NotEnoughGPUs
 from ...core.pool import Grant, Holder
@@ -40,6 +51,7 @@ from ..counters import (
     JOB_WAIT_SECONDS,
     JOBS_ENDED,
 )
+from ..parking import Parker, RestoreFailed
 from . import reading, words
 from .launch import Launch, Launcher
 
@@ -56,13 +68,16 @@ class JobBoard:
         rules_of: Rules,
         budget_refusal: Budget,
         log: logging.Logger,
+        parker: Parker | None = None,
     ) -> None:
         self.broker, self.launcher, self.record, self.log = broker, launcher, record, log
-        self.rules_of, self.budget_refusal = rules_of, budget_refusal
+        self.rules_of, self.budget_refusal, self.parker = rules_of, budget_refusal, parker
         self._jobs: dict[int, Job] = {job.id: job for job in record.unfinished()}
         self._launching: dict[int, Launch] = {}  # by server id, until its spawner takes it
         self._ending: dict[tuple[int, str], Job] = {}  # ended jobs whose container is not gone
         self._waiting_since: dict[int, float] = {}  # by job id, since giving way (else submitted)
+        self._parking: dict[int, frozenset[str]] = {}  # job id → its units, while parking
+        self._restoring: set[int] = set()  # job ids
         self._tasks: set[asyncio.Task[None]] = set()
         self._open = False  # jobs start only once the hub runs (its proxy routes to them)
 
@@ -144,7 +159,7 @@ class JobBoard:
     def cancel(self, job: Job) -> Job:
         now = self.broker.clock()
         ended = self._event(job, Event.CANCEL, reason=words.cancelled(now), ended=now)
-        if job.state in (JobState.RUNNING, JobState.GIVING_WAY):
+        if job.state in HOLDING - {JobState.STARTING}:
             self._spawn(self._stop(ended))
         return ended
 
@@ -167,6 +182,7 @@ class JobBoard:
         try:
             self._make_way()
             self.dispatch()
+            self._restore_parked()
         except Exception:
             self.log.exception("gpuspawner: the jobs' pass failed")
 
@@ -176,6 +192,8 @@ class JobBoard:
         where = (grant.holder.user_id, grant.holder.server)
         now = self.broker.clock()
         job = self._by_server(*where)
+        if self.parker is not None:
+            self.parker.forget(grant.key)
         if job is not None and job.state is JobState.GIVING_WAY:
             self._event(job, Event.ENDED, ended=None, preemptions=job.preemptions + 1)
             self._waiting_since[job.id] = now
@@ -269,6 +287,7 @@ class JobBoard:
         already frees up counts, and what a start ahead will take is not counted twice."""
         pool = self.broker.pool
         freed = frozenset(u.id for g in pool.grants() if g.stopping for u in g.units)
+        freed |= frozenset().union(*self._parking.values())
         claimed: frozenset[str] = frozenset()
         for entry in reading.people_short_of_gpus(self.broker.line):
             found = self.rules_of(entry.holder.user_id)
@@ -295,6 +314,17 @@ class JobBoard:
         return lambda more: self.broker.pool.fits_if_freed(request, freed | more, claimed)
 
     def _give_way(self, job: Job, to: Holder) -> None:
+        grant = self._grant_of(job)
+        if self.parker is not None and grant is not None:
+            why_not = self.parker.why_not(grant)
+            if not why_not:
+                self._parking[job.id] = frozenset(u.id for u in grant.units)
+                self._spawn(self._park(job, to, grant))
+                return
+            self.log.info("gpuspawner: %s is not parked: %s", job.server, why_not)
+        self._stop_for(job, to)
+
+    def _stop_for(self, job: Job, to: Holder) -> None:
         now = self.broker.clock()
         reason = words.gave_way(server_name(to.user, to.server), now)
         stopping = self._event(job, Event.GIVE_WAY, reason=reason)
@@ -303,12 +333,56 @@ class JobBoard:
         )
         self._spawn(self._stop(stopping))
 
+    async def _park(self, job: Job, to: Holder, grant: Grant) -> None:
+        assert self.parker is not None
+        try:
+            refusal = await self.parker.park(grant)
+        finally:
+            self._parking.pop(job.id, None)
+        current = self._jobs.get(job.id)
+        if current is None or current.state is not JobState.RUNNING:
+            return  # it ended meanwhile: its stop frees its GPUs
+        if refusal:
+            self.log.warning("gpuspawner: %s could not be parked: %s", job.server, refusal)
+            self._stop_for(current, to)
+            return
+        reason = words.parked_for(server_name(to.user, to.server), self.broker.clock())
+        self._event(current, Event.PARK, reason=reason, preemptions=current.preemptions + 1)
+        JOB_PREEMPTIONS.inc()
+
+    def _restore_parked(self) -> None:
+        """Bring back each parked job whose GPUs are free again (people first: the line
+        has just run, and a person's start may be lent them before)."""
+        for job in self._jobs.values():
+            if job.state is JobState.PARKED and job.id not in self._restoring:
+                grant = self._grant_of(job)
+                if grant is not None and self.parker and not self.parker.waits_for(grant):
+                    self._restoring.add(job.id)
+                    self._spawn(self._restore(job, grant))
+
+    async def _restore(self, job: Job, grant: Grant) -> None:
+        assert self.parker is not None
+        try:
+            back = await self.parker.restore(grant)
+        except RestoreFailed as failure:
+            self.log.error("gpuspawner: %s: %s", job.server, failure)
+            self._finish(
+                self._jobs.get(job.id, job), Event.RESTORE_FAILED, words.restore_failed(failure)
+            )
+            return
+        finally:
+            self._restoring.discard(job.id)
+        current = self._jobs.get(job.id)
+        if back and current is not None:
+            self._event(current, Event.RESTORED, reason="")
+
     def _running_jobs(self) -> list[RunningJob]:
         running = []
         for job in self._jobs.values():
             grant = self._grant_of(job)
             found = self.rules_of(job.user_id)
-            if job.state is JobState.RUNNING and grant is not None and found is not None:
+            parking = job.id in self._parking
+            if job.state is JobState.RUNNING and grant and found and not parking:
                 running.append(reading.as_running(job, grant, found[1]))
         return running
 
@@ -334,7 +408,7 @@ class JobBoard:
         moved = self._save(job.but(state=state, **changes))
         if moved.final:
             JOBS_ENDED.labels(str(state)).inc()
-            if job.state in (JobState.RUNNING, JobState.GIVING_WAY, JobState.STARTING):
+            if job.state in HOLDING:
                 self._ending[(job.user_id, job.server)] = moved  # its run ends when it is gone
         return moved
 

@@ -72,6 +72,20 @@ def start_failed(error: BaseException) -> str:
     return f"Its server did not start: {error}"
 
 
+def parked_for(to: str, now: float) -> str:
+    return (
+        f"Parked at {at_clock(now, now)} for {to}'s start: its GPU work waits in host memory, "
+        "and goes on where it was, on the same GPUs, when they are free again."
+    )
+
+
+def restore_failed(error: object) -> str:
+    return (
+        f"Stopped: {error}. Its log and outputs so far are in its folder; submit it again "
+        "to rerun it from its own checkpoint."
+    )
+
+
 def ended_unreported() -> str:
     return (
         "Its server ended before its run said it had ended (stopped by an admin, or its "

@@ -1,0 +1,46 @@
+"""The parking settings, as a mixin of GPUSettings: whether jobs give way by parking their GPU
+work in host memory (the CUDA driver's checkpoint API), with which driver, within how much
+host memory. Checked at hub start (`hub.parking.checkpoint_driver`)."""
+
+from __future__ import annotations
+
+from traitlets import Bool, Enum, HasTraits, Unicode
+
+DRIVERS = ("auto", "cuda", "simulated")
+
+
+class ParkingSettings(HasTraits):
+    parking = Bool(
+        False,
+        config=True,
+        help="""Jobs give way to people by parking instead of stopping.
+
+        When a person's start needs a GPU a job holds, the job's CUDA process is
+        parked (its GPU memory copied to host RAM by the CUDA driver's checkpoint
+        API, driver 550 or later): it loses nothing, and its calls wait. The person
+        gets the GPU at once; the job is brought back onto the same GPU when the
+        person's server ends. A job the driver cannot park (on a MIG instance or a
+        shared GPU, several CUDA processes, none, or over `park_memory_limit`) gives
+        way by SIGTERM and its group's preempt_grace, as without parking. One host
+        only (not on a swarm). See docs/parking.md. Example:
+        `c.GPUSpawner.parking = True`.""",
+    )
+    park_memory_limit = Unicode(
+        "",
+        config=True,
+        help="""With parking: the host memory that parked GPU work may take in all, as
+        memory such as "256G". A job whose GPU memory would take parked work past it is
+        not parked (it gives way by SIGTERM) and the reason is shown. Empty: a quarter
+        of the hub host's memory. Example: `c.GPUSpawner.park_memory_limit = "512G"`.""",
+    )
+    checkpoint_driver = Enum(
+        DRIVERS,
+        "auto",
+        config=True,
+        help="""With parking: who parks and restores GPU work. "cuda": the NVIDIA driver's
+        checkpoint API through libcuda.so.1 on the hub's host (the hub must run as root,
+        or as the containers' processes' user). "simulated": a stand-in with the
+        driver's states and error codes, for simulated GPUs. "auto": simulated with
+        simulate_gpus or simulated_host, else cuda. Example:
+        `c.GPUSpawner.checkpoint_driver = "cuda"`.""",
+    )

@@ -1,0 +1,208 @@
+"""Parking on the hub: a job gives way to a person by parking its GPU work in host memory.
+
+The jobs' board asks `why_not` of a job it would make give way. Where the driver can park
+it, `park` has the driver lock and checkpoint the CUDA processes the monitor last saw the
+job's container run on its GPUs (all or none, `devices.checkpoint.park`), and only then
+tells the books (`Broker.parked`): the person's start is lent its GPUs. Where it cannot
+(MIG or shared slots, no CUDA process or several, past `park_memory_limit`, the driver's
+refusal), the reason is returned and the job gives way by SIGTERM as without parking.
+
+`restore` brings parked work back once its GPUs are free again and hold the memory it
+parked (a restore without room leaves the process stuck for good): the books first take
+the GPUs back for it, so nobody is given them while the driver copies, then the driver
+restores and unlocks. A refused restore is `RestoreFailed`: its job must be stopped.
+
+Driver calls block for seconds (they copy GPU memory), so they run in a worker thread of
+their own, one at a time. What is parked is remembered here, with the PIDs and bytes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from ..core.errors import GPUConfigError
+from ..core.grants import Grant
+from ..core.pool import NotParkable, StillLent
+from ..core.pool_view import DeviceState
+from ..core.units import parse_memory
+from ..core.words import gib
+from ..devices import checkpoint
+from ..devices.checkpoint import CheckpointDriver, CheckpointError, CudaDriver
+from ..devices.simulated import SimulatedSource
+from ..devices.simulated_checkpoint import SimulatedCheckpointDriver
+from .broker import Broker
+from .monitor import Observation, processes_of
+
+LOCK_TIMEOUT_MS = 30_000  # how long the driver waits for a job's queued GPU work to drain
+
+
+class RestoreFailed(Exception):
+    """The driver could not bring parked work back: its owner must be stopped."""
+
+
+@dataclass(frozen=True)
+class Parked:
+    pids: tuple[int, ...]
+    bytes: int
+    since: float
+
+
+class Parker:
+    def __init__(
+        self, broker: Broker, driver: CheckpointDriver, memory_limit: int, log: logging.Logger
+    ) -> None:
+        self.broker, self.driver, self.memory_limit, self.log = broker, driver, memory_limit, log
+        self.executor = ThreadPoolExecutor(1, thread_name_prefix="gpuspawner-parking")
+        self._seen: Observation | None = None
+        self._parked: dict[int, Parked] = {}  # by grant key
+
+    def observed(self, observation: Observation) -> None:
+        """The monitor's latest look: which container runs which GPU process."""
+        self._seen = observation
+
+    def parked(self) -> Mapping[int, Parked]:
+        return dict(self._parked)
+
+    def parked_bytes(self) -> int:
+        return sum(p.bytes for p in self._parked.values())
+
+    def why_not(self, grant: Grant) -> str:
+        """Why the driver cannot park this server's work now; "" where it can."""
+        if any(not u.kind.facts.whole for u in grant.units):
+            return "it runs on a MIG instance or a shared GPU, which the driver cannot park"
+        pids = processes_of(grant, self._seen, self.broker.hub) if self._seen else None
+        if pids is None:
+            return "which processes it runs on its GPUs is not known yet"
+        if not pids:
+            return "it has no CUDA process to park"
+        if len(pids) > 1:
+            return (
+                f"it runs {len(pids)} CUDA processes, and the driver cannot yet checkpoint "
+                "a program of several"
+            )
+        needs, parked = self._bytes_of(grant), self.parked_bytes()
+        if needs + parked > self.memory_limit:
+            return (
+                f"its {gib(needs)} GiB of GPU memory would take parked work past "
+                f"park_memory_limit ({gib(self.memory_limit)} GiB; {gib(parked)} GiB parked now)"
+            )
+        return ""
+
+    async def park(self, grant: Grant) -> str:
+        """Park the server's work and lend its GPUs; "" once done, else why it stays on
+        its GPUs (running, as before)."""
+        reason = self.why_not(grant)
+        if reason:
+            return reason
+        assert self._seen is not None
+        pids = processes_of(grant, self._seen, self.broker.hub) or ()
+        needs = self._bytes_of(grant)
+        try:
+            await self._call(checkpoint.park, self.driver, pids, LOCK_TIMEOUT_MS)
+        except CheckpointError as error:
+            return f"the driver refused: {error}"
+        try:
+            self.broker.parked(grant.key)
+        except (NotParkable, KeyError) as error:  # it ended while the driver worked
+            await self._call(checkpoint.unpark, self.driver, pids)
+            return f"it ended meanwhile ({error})"
+        self._parked[grant.key] = Parked(pids, needs, self.broker.clock())
+        self.log.info(
+            "gpuspawner: %s parked (%d GiB of GPU memory, processes %s)",
+            grant.holder.name,
+            gib(needs),
+            ", ".join(map(str, pids)),
+        )
+        return ""
+
+    def waits_for(self, grant: Grant) -> str:
+        """Why parked work cannot come back now ("" when it can): its GPUs are lent, or
+        hold too little free memory for it."""
+        parked = self._parked.get(grant.key)
+        if parked is None:
+            return ""
+        pool = self.broker.pool
+        states = pool.states()
+        lent = [u.id for u in grant.units if states.get(u.id) is not DeviceState.FREE]
+        if lent:
+            return f"its GPUs are in use ({', '.join(lent)})"
+        free = sum(self._free_memory(device) for device in grant.uuids)
+        if parked.bytes > free:
+            return f"its GPU has {gib(free)} GiB free; its work needs {gib(parked.bytes)} GiB"
+        return ""
+
+    async def restore(self, grant: Grant) -> bool:
+        """Bring parked work back if it can come now (`waits_for`): True once it runs on its
+        GPUs again, False if it must wait; RestoreFailed if the driver refused."""
+        parked = self._parked.get(grant.key)
+        if parked is None or self.waits_for(grant):
+            return False
+        try:
+            self.broker.take_back(grant.key)
+        except (StillLent, KeyError):
+            return False
+        try:
+            await self._call(checkpoint.unpark, self.driver, parked.pids)
+        except CheckpointError as error:
+            raise RestoreFailed(f"its GPU work could not be brought back: {error}") from None
+        finally:
+            self._parked.pop(grant.key, None)
+        self.log.info("gpuspawner: %s restored on its GPUs", grant.holder.name)
+        return True
+
+    def forget(self, key: int) -> None:
+        """The server's container is gone: what it had parked went with it."""
+        self._parked.pop(key, None)
+
+    def close(self) -> None:
+        self.executor.shutdown(wait=False, cancel_futures=True)
+
+    def _bytes_of(self, grant: Grant) -> int:
+        telemetry = self._seen.telemetry if self._seen else {}
+        return sum(getattr(telemetry.get(d), "memory_used_bytes", 0) or 0 for d in grant.uuids)
+
+    def _free_memory(self, device: str) -> int:
+        total = next((g.memory_total_bytes for g in self.broker.site.gpus if g.uuid == device), 0)
+        used = getattr(self.broker.telemetry.get(device), "memory_used_bytes", 0) or 0
+        return total - used
+
+    async def _call(self, function: Any, *args: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(self.executor, function, *args)
+
+
+def checkpoint_driver(setting: str, source: Any, on_swarm: bool) -> CheckpointDriver:
+    """The driver c.GPUSpawner.checkpoint_driver names, for parking; GPUConfigError where it
+    cannot be had, in one line that says what to fix."""
+    if on_swarm:
+        raise GPUConfigError(
+            "c.GPUSpawner.parking runs on one host: on a swarm, each node's agent would have "
+            "to park its containers' work, which it cannot yet; set parking = False"
+        )
+    simulated = isinstance(source, SimulatedSource)
+    if setting == "simulated" or (setting == "auto" and simulated):
+        if not simulated:
+            raise GPUConfigError(
+                "c.GPUSpawner.checkpoint_driver = 'simulated' parks simulated GPUs' work "
+                "only: set simulate_gpus or simulated_host, or checkpoint_driver = 'cuda'"
+            )
+        return SimulatedCheckpointDriver(host=source)
+    try:
+        return CudaDriver()
+    except CheckpointError as error:
+        raise GPUConfigError(
+            f"c.GPUSpawner.parking needs the NVIDIA driver's checkpoint API (driver 550 or "
+            f"later) on the hub's host: {error}"
+        ) from None
+
+
+def memory_limit(setting: str) -> int:
+    """c.GPUSpawner.park_memory_limit in bytes; "" for a quarter of this host's memory."""
+    if not setting.strip():
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 4
+    return parse_memory(setting, "c.GPUSpawner.park_memory_limit", GPUConfigError)
