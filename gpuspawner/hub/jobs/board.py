@@ -4,12 +4,10 @@ People come first. A job starts only on GPUs that no person's waiting start
 could use, in its own order (its group's `job_priority`, then its user's
 recent GPU-hours, then submission: the waiting line's rule); a smaller job
 behind a larger one that does not fit starts (backfill). When a person's
-start waits for want of GPUs and jobs hold GPUs it could use, the jobs the
-core's rule picks (`core.give_way`) give way: parked where parking is on and
-the driver can park them (`hub.parking`: the person is lent their GPUs at once,
-and the job is restored there when they are free again), else stopped with
-SIGTERM and their group's grace, to wait again; the person's start then gets
-the GPUs from the line once Docker confirms the jobs' containers gone.
+start waits for want of GPUs and jobs hold GPUs it could use, jobs give way
+(`giving_way`: parked, or stopped with their grace); the person's start then
+gets the GPUs from the line, once lent or once Docker confirms the jobs'
+containers gone. Each job's state is written down as it changes (`books`).
 
 The board acts on events, never on a timer of its own: a submission, the
 line's pass (after every release, start and monitor tick), a job's
@@ -18,13 +16,11 @@ report, its server's end, and the monitor's tick (max_runtime).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ...core.give_way import RunningJob, giving_way
 from ...core.job_hints import GPUUse
 from ...core.job_rules import JobRules
 from ...core.jobs import (
@@ -35,31 +31,23 @@ from ...core.jobs import (
     JobSpec,
     JobState,
     server_of,
-    step,
 )
 from ...core.limits import LimitExceeded, UserLimits
 from ...core.placement import NotEnoughGPUs
 from ...core.pool import Grant, Holder
 from ...core.units import Request
-from ...core.words import server_name
 from ...records.jobs import Job, JobRecord
 from ..broker import Broker
-from ..counters import (
-    JOB_GPU_SECONDS,
-    JOB_PREEMPTIONS,
-    JOB_RUN_SECONDS,
-    JOB_WAIT_SECONDS,
-    JOBS_ENDED,
-)
-from ..parking import Parker, RestoreFailed
+from ..counters import JOB_PREEMPTIONS, JOB_WAIT_SECONDS
+from ..parking import Parker
 from . import reading, words
+from .giving_way import GivingWay, Rules
 from .launch import Launch, Launcher
 
-Rules = Callable[[int], tuple[UserLimits, JobRules] | None]  # a user's, by id (None: gone)
 Budget = Callable[[int, UserLimits], str | None]  # why a user may not use GPUs now
 
 
-class JobBoard:
+class JobBoard(GivingWay):
     def __init__(
         self,
         broker: Broker,
@@ -70,15 +58,10 @@ class JobBoard:
         log: logging.Logger,
         parker: Parker | None = None,
     ) -> None:
-        self.broker, self.launcher, self.record, self.log = broker, launcher, record, log
-        self.rules_of, self.budget_refusal, self.parker = rules_of, budget_refusal, parker
-        self._jobs: dict[int, Job] = {job.id: job for job in record.unfinished()}
+        super().__init__(broker, launcher, record, log, rules_of, parker)
+        self.budget_refusal = budget_refusal
         self._launching: dict[int, Launch] = {}  # by server id, until its spawner takes it
-        self._ending: dict[tuple[int, str], Job] = {}  # ended jobs whose container is not gone
         self._waiting_since: dict[int, float] = {}  # by job id, since giving way (else submitted)
-        self._parking: dict[int, frozenset[str]] = {}  # job id → its units, while parking
-        self._restoring: set[int] = set()  # job ids
-        self._tasks: set[asyncio.Task[None]] = set()
         self._open = False  # jobs start only once the hub runs (its proxy routes to them)
 
     def open(self) -> None:
@@ -87,15 +70,6 @@ class JobBoard:
         self.line_ran()
 
     # --- what others read ---------------------------------------------------------------
-    def jobs_of(self, user_id: int, limit: int = 100) -> list[Job]:
-        return self.record.of_user(user_id, limit)
-
-    def job(self, job_id: int) -> Job | None:
-        return self._jobs.get(job_id) or self.record.get(job_id)
-
-    def unfinished(self) -> list[Job]:
-        return sorted(self._jobs.values(), key=lambda j: j.id)
-
     def gpu_use(self, job: Job) -> list[GPUUse]:
         """What a running job's GPUs do now, as the monitor last sampled them."""
         grant = self._grant_of(job)
@@ -108,10 +82,6 @@ class JobBoard:
     def awaiting_start(self, server_id: int) -> bool:
         """Whether a job's GPUs wait for this server's start to take them."""
         return server_id in self._launching
-
-    def ended_since(self, since: float, limit: int = 50) -> list[Job]:
-        """The jobs that ended after `since`, the latest first: for the admin's page."""
-        return [j for j in self.record.recent(limit) if j.final and (j.ended or 0) >= since]
 
     def is_job(self, user_id: int, server: str) -> bool:
         """Whether `server` runs (or waits to run) one of this user's jobs."""
@@ -281,164 +251,6 @@ class JobBoard:
             return
         self._event(current, Event.UP)
 
-    # --- giving way -----------------------------------------------------------------------
-    def _make_way(self) -> None:
-        """For each person's start short of GPUs, in line order, the jobs that give way. What
-        already frees up counts, and what a start ahead will take is not counted twice."""
-        pool = self.broker.pool
-        freed = frozenset(u.id for g in pool.grants() if g.stopping for u in g.units)
-        freed |= frozenset().union(*self._parking.values())
-        claimed: frozenset[str] = frozenset()
-        for entry in reading.people_short_of_gpus(self.broker.line):
-            found = self.rules_of(entry.holder.user_id)
-            if found is None or not found[1].preempts:
-                continue
-            request = entry.request
-            taken = pool.would_take(request, freed, claimed)
-            if taken is None:
-                chosen = giving_way(
-                    self._running_jobs(),
-                    self._fits_with(request, freed, claimed),
-                    self.broker.clock(),
-                    entry.holder.user_id,
-                )
-                for victim in chosen:
-                    self._give_way(self._jobs[victim.key], entry.holder)
-                    freed |= victim.units
-                taken = pool.would_take(request, freed, claimed) if chosen else None
-            claimed |= taken or frozenset()
-
-    def _fits_with(
-        self, request: Request, freed: frozenset[str], claimed: frozenset[str]
-    ) -> Callable[[frozenset[str]], bool]:
-        return lambda more: self.broker.pool.fits_if_freed(request, freed | more, claimed)
-
-    def _give_way(self, job: Job, to: Holder) -> None:
-        grant = self._grant_of(job)
-        if self.parker is not None and grant is not None:
-            why_not = self.parker.why_not(grant)
-            if not why_not:
-                self._parking[job.id] = frozenset(u.id for u in grant.units)
-                self._spawn(self._park(job, to, grant))
-                return
-            self.log.info("gpuspawner: %s is not parked: %s", job.server, why_not)
-        self._stop_for(job, to)
-
-    def _stop_for(self, job: Job, to: Holder) -> None:
-        now = self.broker.clock()
-        reason = words.gave_way(server_name(to.user, to.server), now)
-        stopping = self._event(job, Event.GIVE_WAY, reason=reason)
-        self.log.warning(
-            "gpuspawner: %s gives way to %s", job.server, server_name(to.user, to.server)
-        )
-        self._spawn(self._stop(stopping))
-
-    async def _park(self, job: Job, to: Holder, grant: Grant) -> None:
-        assert self.parker is not None
-        try:
-            refusal = await self.parker.park(grant)
-        finally:
-            self._parking.pop(job.id, None)
-        current = self._jobs.get(job.id)
-        if current is None or current.state is not JobState.RUNNING:
-            return  # it ended meanwhile: its stop frees its GPUs
-        if refusal:
-            self.log.warning("gpuspawner: %s could not be parked: %s", job.server, refusal)
-            self._stop_for(current, to)
-            return
-        reason = words.parked_for(server_name(to.user, to.server), self.broker.clock())
-        self._event(current, Event.PARK, reason=reason, preemptions=current.preemptions + 1)
-        JOB_PREEMPTIONS.inc()
-
-    def _restore_parked(self) -> None:
-        """Bring back each parked job whose GPUs are free again (people first: the line
-        has just run, and a person's start may be lent them before)."""
-        for job in self._jobs.values():
-            if job.state is JobState.PARKED and job.id not in self._restoring:
-                grant = self._grant_of(job)
-                if grant is not None and self.parker and not self.parker.waits_for(grant):
-                    self._restoring.add(job.id)
-                    self._spawn(self._restore(job, grant))
-
-    async def _restore(self, job: Job, grant: Grant) -> None:
-        assert self.parker is not None
-        try:
-            back = await self.parker.restore(grant)
-        except RestoreFailed as failure:
-            self.log.error("gpuspawner: %s: %s", job.server, failure)
-            self._finish(
-                self._jobs.get(job.id, job), Event.RESTORE_FAILED, words.restore_failed(failure)
-            )
-            return
-        finally:
-            self._restoring.discard(job.id)
-        current = self._jobs.get(job.id)
-        if back and current is not None:
-            self._event(current, Event.RESTORED, reason="")
-
-    def _running_jobs(self) -> list[RunningJob]:
-        running = []
-        for job in self._jobs.values():
-            grant = self._grant_of(job)
-            found = self.rules_of(job.user_id)
-            parking = job.id in self._parking
-            if job.state is JobState.RUNNING and grant and found and not parking:
-                running.append(reading.as_running(job, grant, found[1]))
-        return running
-
-    # --- helpers ---------------------------------------------------------------------------
-    def _finish(self, job: Job, event: Event, reason: str) -> Job:
-        ended = self._event(job, event, reason=reason, ended=self.broker.clock())
-        if ended.final and ended is not job:
-            self.log.info("gpuspawner: %s %s: %s", job.server, ended.state, reason)
-            self._spawn(self._stop(ended))
-        return ended
-
-    async def _stop(self, job: Job) -> None:
-        try:
-            await self.launcher.stop(job.user_id, job.server)
-        except Exception:
-            self.log.exception("gpuspawner: stopping %s failed", job.server)
-
-    def _event(self, job: Job, event: Event, **changes: Any) -> Job:
-        """Apply `event` (and `changes`, only where it moves the job) and write it down."""
-        state = step(job.state, event)
-        if state is None:
-            return job
-        moved = self._save(job.but(state=state, **changes))
-        if moved.final:
-            JOBS_ENDED.labels(str(state)).inc()
-            if job.state in HOLDING:
-                self._ending[(job.user_id, job.server)] = moved  # its run ends when it is gone
-        return moved
-
-    def _count_run(self, job: Job, grant: Grant, now: float, end: str) -> None:
-        if job.started is not None:
-            ran = max(0.0, now - job.started)
-            JOB_RUN_SECONDS.labels(end).observe(ran)
-            JOB_GPU_SECONDS.inc(float(grant.weight) * ran)
-
-    def _save(self, job: Job) -> Job:
-        self.record.save(job)
-        if job.final:
-            self._jobs.pop(job.id, None)
-        else:
-            self._jobs[job.id] = job
-        return job
-
-    def _by_server(self, user_id: int, server: str) -> Job | None:
-        return next(
-            (j for j in self._jobs.values() if j.user_id == user_id and j.server == server),
-            None,
-        )
-
-    def _grant_of(self, job: Job) -> Grant | None:
-        for grant in self.broker.pool.grants():
-            holder = grant.holder
-            if holder.user_id == job.user_id and holder.server == job.server and not grant.stopping:
-                return grant
-        return None
-
     def _rules(self, user_id: int) -> tuple[UserLimits, JobRules]:
         found = self.rules_of(user_id)
         if found is None:
@@ -452,15 +264,11 @@ class JobBoard:
         found = self.rules_of(user_id)
         return found[1].priority if found is not None else 0
 
-    def _spawn(self, work: Any) -> None:
-        task = asyncio.ensure_future(work)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
     # --- at hub start -------------------------------------------------------------------------
     def recover(self) -> None:
-        """After a restart: a job whose server runs on (Docker's books) runs on; one that
-        ended while the hub was away ended (or, giving way, waits again)."""
+        """After a restart: a job whose server runs on (Docker's books) runs on, parked or
+        not as the driver says; one that ended while the hub was away ended (or, giving
+        way, waits again)."""
         now = time.time()
         for job in list(self._jobs.values()):
             if job.state is JobState.WAITING:
@@ -471,6 +279,10 @@ class JobBoard:
                     self._event(job, Event.UP)
                 elif job.state is JobState.GIVING_WAY:
                     self._spawn(self._stop(job))
+                elif job.state is JobState.PARKED and not grant.parked:
+                    self._event(job, Event.RESTORED, reason="")  # the driver's word
+                elif job.state is JobState.RUNNING and grant.parked:
+                    self._event(job, Event.PARK, reason=words.parked_while_away())
                 continue
             if job.state is JobState.GIVING_WAY:
                 self._event(job, Event.ENDED, preemptions=job.preemptions + 1)
@@ -481,9 +293,6 @@ class JobBoard:
             sum(j.state is JobState.WAITING for j in self._jobs.values()),
             sum(j.state is JobState.RUNNING for j in self._jobs.values()),
         )
-
-    def close(self) -> None:
-        self.record.close()
 
 
 __all__ = ["JobBoard", "Launch", "server_of"]
