@@ -17,6 +17,9 @@ c.JupyterHub.spawner_class = "gpu"
 
 # On a machine without NVIDIA GPUs (a laptop, CI) run on simulated ones.
 c.GPUSpawner.simulate_gpus = int(os.environ.get("GPUSPAWNER_SIMULATE_GPUS", "0"))
+# Jobs give way to people by parking their GPU memory in host RAM instead of stopping
+# (NVIDIA driver 550 or later: docs/parking.md); on simulated GPUs a stand-in driver does it.
+c.GPUSpawner.parking = bool(c.GPUSpawner.simulate_gpus)
 # c.GPUSpawner.exclude_gpus = [7]   # keep GPU 7 for jobs outside JupyterHub
 # c.GPUSpawner.shared_gpus = {6: 4}  # GPU 6 for up to 4 servers at once: no memory isolation
 #   (then offer it: {"display_name": "Shared GPU", "slug": "shared", "shared": True};

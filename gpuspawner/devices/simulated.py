@@ -24,6 +24,7 @@ from ..core.units import MIG_PROFILE, parse_memory
 
 HOST_KEYS = ("model", "memory", "count", "mig", "mig_slices")
 FIRST_SIMULATED_PID = 4_000_000  # above Linux's largest PID: never a real process
+SIMULATED_PIDS = 1_000_000  # a container's simulated PID is among so many, by its name
 MACHINE = "gpuspawner"  # the simulated machine's name, unless c.GPUSpawner.simulated_machine
 
 
@@ -232,9 +233,27 @@ class SimulatedSource:
         for pid, owner in self._owners.items():
             if owner == container:
                 return pid
-        pid = FIRST_SIMULATED_PID + len(self._owners)
+        digest = int(hashlib.sha256(container.encode()).hexdigest(), 16)
+        pid = FIRST_SIMULATED_PID + digest % SIMULATED_PIDS  # the same in the next hub too
+        while pid in self._owners:
+            pid += 1
         self._owners[pid] = container
         return pid
+
+    def container_pids(self, containers: Mapping[str, Iterable[str]]) -> dict[str, list[int]]:
+        """The simulated processes the load file lists for each container (by a key, from
+        its names and ids), whether or not they are parked now."""
+        loads = [load for load in self._loads().values() if isinstance(load, Mapping)]
+        listed = {
+            str(p.get("container", ""))
+            for load in loads
+            for p in load.get("processes", ())
+            if isinstance(p, Mapping)
+        }
+        return {
+            key: [self._pid_of(name) for name in names if name in listed]
+            for key, names in containers.items()
+        }
 
     def process_owners(self, pids: Iterable[int]) -> dict[int, str]:
         """The container (name or id) of each simulated process, as the load file names it."""

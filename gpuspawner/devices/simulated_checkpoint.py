@@ -14,7 +14,9 @@ action (on one process, or on any) fail, as a driver may for reasons of its own.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
 
 from .checkpoint import CODES, CheckpointError, ProcessState
 from .simulated import SimulatedSource
@@ -45,14 +47,21 @@ class SimulatedCheckpointDriver:
     """
 
     def __init__(
-        self, gpu_memory_bytes: int = 80 * 2**30, host: SimulatedSource | None = None
+        self,
+        gpu_memory_bytes: int = 80 * 2**30,
+        host: SimulatedSource | None = None,
+        state_file: str = "",
     ) -> None:
+        """`state_file`: where the processes' states are kept across hub restarts, as the
+        kernel driver keeps them (a JSON object); "" keeps them in memory only."""
         self.gpu_memory_bytes = gpu_memory_bytes
         self.processes: dict[int, SimulatedProcess] = {}
         self._refusals: dict[tuple[str, int | None], int] = {}  # (action, pid) → CUresult
         self.host = host
+        self.state_file = state_file
         if host is not None:
             host.parked = self.parked_memory
+        self._read_states()
 
     def parked_memory(self) -> dict[int, int]:
         """The processes whose memory is off their GPU (parked, or lost in a failed
@@ -103,6 +112,7 @@ class SimulatedCheckpointDriver:
         fits = process.memory_bytes <= self.free_bytes(process.gpu)
         if process.state is ProcessState.CHECKPOINTED and not fits:
             process.state = ProcessState.FAILED
+            self._write_states()
             raise CheckpointError("restore", pid, CODES["CUDA_ERROR_OUT_OF_MEMORY"])
         self._move("restore", pid, process)
 
@@ -125,9 +135,33 @@ class SimulatedCheckpointDriver:
             raise CheckpointError(action, pid, CODES["CUDA_ERROR_INVALID_VALUE"])
         return self.processes[pid]
 
-    @staticmethod
-    def _move(action: str, pid: int, process: SimulatedProcess) -> None:
+    def _move(self, action: str, pid: int, process: SimulatedProcess) -> None:
         needs, leaves = NEXT[action]
         if process.state is not needs:
             raise CheckpointError(action, pid, CODES["CUDA_ERROR_ILLEGAL_STATE"])
         process.state = leaves
+        self._write_states()
+
+    def _read_states(self) -> None:
+        try:
+            kept = json.loads(Path(self.state_file).read_text()) if self.state_file else {}
+        except (OSError, ValueError):
+            kept = {}
+        for pid, p in kept.items() if isinstance(kept, dict) else ():
+            self.processes[int(pid)] = SimulatedProcess(
+                p["gpu"], p["memory_bytes"], p["on_mig"], False, ProcessState[p["state"]]
+            )
+
+    def _write_states(self) -> None:
+        if self.state_file:
+            kept = {
+                str(pid): {
+                    "gpu": p.gpu,
+                    "memory_bytes": p.memory_bytes,
+                    "on_mig": p.on_mig,
+                    "state": p.state.name,
+                }
+                for pid, p in self.processes.items()
+                if p.state is not ProcessState.RUNNING
+            }
+            Path(self.state_file).write_text(json.dumps(kept))

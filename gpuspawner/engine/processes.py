@@ -11,7 +11,7 @@ belongs to no container it knows, which never counts as idle.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 CONTAINER_ID = re.compile(r"(?:^|[/-])([0-9a-f]{64})(?:\.scope)?$")
@@ -34,3 +34,18 @@ def owners(pids: Iterable[int], proc: Path = Path("/proc")) -> dict[int, str]:
     """Container id by PID, for the PIDs in a container."""
     found = {pid: container_of(pid, proc) for pid in set(pids)}
     return {pid: container for pid, container in found.items() if container}
+
+
+def container_pids(
+    containers: Mapping[str, Iterable[str]], proc: Path = Path("/proc")
+) -> dict[str, list[int]]:
+    """The host PIDs each container runs (by a key, from its names and ids; only its id is
+    read here), from every process the host lists."""
+    ids = {name: key for key, names in containers.items() for name in names}
+    found: dict[str, list[int]] = {key: [] for key in containers}
+    for entry in proc.iterdir():
+        if entry.name.isdigit():
+            key = ids.get(container_of(int(entry.name), proc) or "")
+            if key is not None:
+                found[key].append(int(entry.name))
+    return found

@@ -71,6 +71,8 @@ class JobsPart(Protocol):
 
     def unfinished(self) -> list[Job]: ...
 
+    def parked_bytes(self) -> int: ...
+
 
 class BrokerNotRunning(RuntimeError):
     """A GPUSpawner was used in a process whose hub did not start the broker."""

@@ -92,3 +92,23 @@ JOB_GPU_SECONDS = Counter(
     "gpuspawner_job_gpu_seconds",
     "GPU-seconds held by jobs' runs (GPU-equivalents × seconds), counted as each run ends.",
 )
+
+PARKS = Counter(
+    "gpuspawner_parks_total",
+    "Jobs the hub asked the checkpoint driver to park for a person's start, by outcome: "
+    "parked, refused (the driver refused; the job gave way by SIGTERM).",
+    ["outcome"],
+)
+for _outcome in ("parked", "refused"):
+    PARKS.labels(_outcome)
+DRIVER_BUCKETS = (0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120)
+PARK_SECONDS = Histogram(
+    "gpuspawner_park_duration_seconds",
+    "Time the driver took to lock and checkpoint a job's CUDA process (GPU memory to host).",
+    buckets=DRIVER_BUCKETS,
+)
+RESTORE_SECONDS = Histogram(
+    "gpuspawner_restore_duration_seconds",
+    "Time the driver took to restore and unlock parked work (host memory back to the GPU).",
+    buckets=DRIVER_BUCKETS,
+)

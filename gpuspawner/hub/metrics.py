@@ -20,6 +20,7 @@ from prometheus_client import REGISTRY
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from ..core.jobs import FINAL, JobState
 from ..core.pool import DeviceState
 from ..core.units import Kind
 from ..core.words import NO_GROUP
@@ -184,17 +185,21 @@ class JobsCollector(Collector):
             jobs = Broker.current().jobs
         except BrokerNotRunning:
             return
-        counts = dict.fromkeys(("waiting", "starting", "running", "giving way"), 0)
+        counts = {str(state): 0 for state in JobState if state not in FINAL}
         for job in jobs.unfinished() if jobs is not None else []:
             counts[str(job.state)] += 1
         gauge = GaugeMetricFamily(
             "gpuspawner_jobs",
-            "Jobs that have not ended, by state: waiting, starting, running, giving way.",
+            f"Jobs that have not ended, by state: {', '.join(counts)}.",
             labels=["state"],
         )
         for state, count in counts.items():
             gauge.add_metric([state], count)
         yield gauge
+        parked = jobs.parked_bytes() if jobs is not None else 0
+        yield GaugeMetricFamily(
+            "gpuspawner_parked_bytes", "Host memory that parked GPU work holds now.", parked
+        )
 
 
 class UsageCounters:

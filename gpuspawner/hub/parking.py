@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -33,12 +33,15 @@ from ..core.pool_view import DeviceState
 from ..core.units import parse_memory
 from ..core.words import gib
 from ..devices import checkpoint
-from ..devices.checkpoint import CheckpointDriver, CheckpointError, CudaDriver
+from ..devices.checkpoint import CheckpointDriver, CheckpointError, CudaDriver, ProcessState
 from ..devices.simulated import SimulatedSource
 from ..devices.simulated_checkpoint import SimulatedCheckpointDriver
+from ..engine.base import Seen
 from .broker import Broker
+from .counters import PARK_SECONDS, PARKS, RESTORE_SECONDS
 from .monitor import Observation, processes_of
 
+ContainerPids = Callable[[Mapping[str, list[str]]], dict[str, list[int]]]  # key → its PIDs
 LOCK_TIMEOUT_MS = 30_000  # how long the driver waits for a job's queued GPU work to drain
 
 
@@ -104,9 +107,12 @@ class Parker:
         pids = processes_of(grant, self._seen, self.broker.hub) or ()
         needs = self._bytes_of(grant)
         try:
-            await self._call(checkpoint.park, self.driver, pids, LOCK_TIMEOUT_MS)
+            with PARK_SECONDS.time():
+                await self._call(checkpoint.park, self.driver, pids, LOCK_TIMEOUT_MS)
         except CheckpointError as error:
+            PARKS.labels("refused").inc()
             return f"the driver refused: {error}"
+        PARKS.labels("parked").inc()
         try:
             self.broker.parked(grant.key)
         except (NotParkable, KeyError) as error:  # it ended while the driver worked
@@ -148,13 +154,53 @@ class Parker:
         except (StillLent, KeyError):
             return False
         try:
-            await self._call(checkpoint.unpark, self.driver, parked.pids)
+            with RESTORE_SECONDS.time():
+                await self._call(checkpoint.unpark, self.driver, parked.pids)
         except CheckpointError as error:
             raise RestoreFailed(f"its GPU work could not be brought back: {error}") from None
         finally:
             self._parked.pop(grant.key, None)
         self.log.info("gpuspawner: %s restored on its GPUs", grant.holder.name)
         return True
+
+    def read_back(
+        self, containers: list[Seen], pids_of: ContainerPids
+    ) -> dict[int, tuple[int, ...]]:
+        """After a restart, the driver's word (blocking): the servers whose CUDA processes it
+        holds checkpointed, with their PIDs, by spawner id. A process left locked (a park
+        or restore the last hub did not finish) is on its GPU: it is unlocked to run on."""
+        ours = {
+            str(seen.server.spawner_id): [n for n in (seen.id, seen.name, seen.container_id) if n]
+            for seen in containers
+            if seen.running
+            and seen.server
+            and seen.server.spawner_id
+            and seen.of_hub(self.broker.hub)
+        }
+        parked: dict[int, tuple[int, ...]] = {}
+        for key, pids in pids_of(ours).items():
+            held = []
+            for pid in pids:
+                try:
+                    state = self.driver.state(pid)
+                    if state is ProcessState.LOCKED:
+                        self.driver.unlock(pid)
+                except CheckpointError:
+                    continue  # not a CUDA process
+                if state is ProcessState.CHECKPOINTED:
+                    held.append(pid)
+            if held:
+                parked[int(key)] = tuple(held)
+        return parked
+
+    def adopted(self, parked: Mapping[int, tuple[int, ...]]) -> None:
+        """The books adopted those servers parked. How much memory each parked is not said by
+        the driver: its GPUs' whole memory is counted, so it comes back once they are empty."""
+        for key, pids in parked.items():
+            grant = self.broker.grant_of(key)
+            if grant is not None and grant.parked:
+                whole = sum(self._memory_total(d) for d in grant.uuids)
+                self._parked[key] = Parked(pids, whole, self.broker.clock())
 
     def forget(self, key: int) -> None:
         """The server's container is gone: what it had parked went with it."""
@@ -168,9 +214,11 @@ class Parker:
         return sum(getattr(telemetry.get(d), "memory_used_bytes", 0) or 0 for d in grant.uuids)
 
     def _free_memory(self, device: str) -> int:
-        total = next((g.memory_total_bytes for g in self.broker.site.gpus if g.uuid == device), 0)
         used = getattr(self.broker.telemetry.get(device), "memory_used_bytes", 0) or 0
-        return total - used
+        return self._memory_total(device) - used
+
+    def _memory_total(self, device: str) -> int:
+        return next((g.memory_total_bytes for g in self.broker.site.gpus if g.uuid == device), 0)
 
     async def _call(self, function: Any, *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self.executor, function, *args)
@@ -191,7 +239,8 @@ def checkpoint_driver(setting: str, source: Any, on_swarm: bool) -> CheckpointDr
                 "c.GPUSpawner.checkpoint_driver = 'simulated' parks simulated GPUs' work "
                 "only: set simulate_gpus or simulated_host, or checkpoint_driver = 'cuda'"
             )
-        return SimulatedCheckpointDriver(host=source)
+        kept = f"{source.load_file}.checkpoints" if source.load_file else ""
+        return SimulatedCheckpointDriver(host=source, state_file=kept)
     try:
         return CudaDriver()
     except CheckpointError as error:

@@ -3,8 +3,10 @@
 The durable record of who holds what is the containers' labels and device requests:
 each running server of this hub keeps the GPUs it holds; a server JupyterHub says
 ended is removed, its GPUs held (stopping) until the engine confirms it gone; anything
-else that reaches a GPU keeps it out of the pool. The usage ledger closes the grants
-that ended while the hub was away.
+else that reaches a GPU keeps it out of the pool. A server whose GPU work the
+checkpoint driver holds parked (its word, read by `hub.parking` before this) is
+adopted parked: bound to its GPUs, which another server may hold meanwhile. The usage
+ledger closes the grants that ended while the hub was away.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ class KnownServers:
 
     ids: frozenset[tuple[int, int]] = frozenset()
     by_name: Mapping[tuple[str, str], tuple[int, int]] = field(default_factory=dict)
+    jobs: frozenset[tuple[int, str]] = frozenset()  # (user id, server) of unfinished jobs
+    parked: frozenset[int] = frozenset()  # spawner ids whose work the driver holds parked
 
     def ids_of(self, seen: Seen) -> tuple[int, int] | None:
         labels = seen.server
@@ -68,12 +72,14 @@ def adopt(
             if labels.spawner_id is None or labels.user_id is None:
                 continue  # labelled by gpuspawner 0.1: kept out while it runs
             ids = (labels.spawner_id, labels.user_id)
-        holder = Holder(ids[0], ids[1], labels.user, labels.server)
+        job = (ids[1], labels.server) in known.jobs
+        holder = Holder(ids[0], ids[1], labels.user, labels.server, job)
         try:
             held = container.units_held(
                 site.inventory.reached(container.reach, container.node), pool.units
             )
-            grant = pool.adopt(holder, held, labels.since, labels.quota_group)
+            parked = ids[0] in known.parked
+            grant = pool.adopt(holder, held, labels.since, labels.quota_group, parked)
         except AlreadyHolding as conflict:
             log.error(
                 "gpuspawner: container %s not adopted: %s; those GPUs stay out of the "
@@ -94,10 +100,11 @@ def adopt(
             )
             continue
         log.info(
-            "gpuspawner: %s keeps GPU(s) %s (running container %s)",
+            "gpuspawner: %s keeps GPU(s) %s (running container %s%s)",
             holder.name,
             ", ".join(grant.ids) or "none",
             container.name,
+            ", its GPU work parked, as the driver says" if grant.parked else "",
         )
 
 

@@ -21,6 +21,7 @@ import functools
 import inspect
 import sqlite3
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from jupyterhub import orm
@@ -44,7 +45,7 @@ from .jobs import api as jobs_api
 from .jobs.board import JobBoard
 from .jobs.launch import Launcher
 from .monitor import Monitor, Owners
-from .parking import Parker
+from .parking import ContainerPids, Parker
 from .reclaimer import Reclaimer
 from .recovery import KnownServers
 
@@ -147,9 +148,18 @@ async def start_broker(app: Any, spawner_class: Any = None) -> Broker:
         half_life=spawner.usage_half_life_days * 24 * 3600,
     )
     _end_previous_line(app, broker)
+    parker = _parker(broker, parks, app.log)
+    record = JobRecord(spawner.usage_ledger_file)
     started = time.perf_counter()
     containers = await _blocking(broker, lambda: engine.containers(broker.look_past))
-    broker.recover(containers, _known_servers(app.db), await _stopped_meanwhile(broker))
+    parked: dict[int, tuple[int, ...]] = {}
+    if parker is not None:
+        read_back = functools.partial(parker.read_back, containers, _container_pids(site))
+        parked = await _blocking(broker, read_back)
+    known = _known_servers(app.db, {(j.user_id, j.server) for j in record.unfinished()}, parked)
+    broker.recover(containers, known, await _stopped_meanwhile(broker))
+    if parker is not None:
+        parker.adopted(parked)
     app.log.info(
         "gpuspawner: books rebuilt from %d container(s) in %.3f s",
         len(containers),
@@ -165,18 +175,10 @@ async def start_broker(app: Any, spawner_class: Any = None) -> Broker:
         spawner.usage_retention_days * 24 * 3600,
         owners=_process_owners(site),
     )
-    parker = None
-    if parks is not None:
-        driver, limit = parks
-        parker = Parker(broker, driver, limit, app.log)
-        app.log.info(
-            "gpuspawner: jobs give way by parking (%s, up to %d GiB of host memory)",
-            type(driver).__name__,
-            gib(limit),
-        )
+    if parker is not None:
         monitor.listeners.append(parker.observed)
         broker.on_stop(parker.close)
-    jobs = _serve_jobs(app, broker, spawner.usage_ledger_file, parker)
+    jobs = _serve_jobs(app, broker, record, parker)
     monitor.listeners.append(Reclaimer(app, broker, app.log))
     monitor.listeners.append(lambda observation: _jobs_tick(jobs, broker))
     monitor.listeners.append(metrics.UsageCounters(broker))
@@ -199,6 +201,18 @@ async def start_broker(app: Any, spawner_class: Any = None) -> Broker:
     return broker
 
 
+def _parker(broker: Broker, parks: tuple[CheckpointDriver, int] | None, log: Any) -> Parker | None:
+    if parks is None:
+        return None
+    driver, limit = parks
+    log.info(
+        "gpuspawner: jobs give way by parking (%s, up to %d GiB of host memory)",
+        type(driver).__name__,
+        gib(limit),
+    )
+    return Parker(broker, driver, limit, log)
+
+
 def _parking(spawner: Any, site: GPUSite) -> tuple[CheckpointDriver, int] | None:
     """Parking's driver and host-memory cap, checked (GPUConfigError); None: parking off."""
     if not spawner.parking:
@@ -208,7 +222,7 @@ def _parking(spawner: Any, site: GPUSite) -> tuple[CheckpointDriver, int] | None
     return driver, parking.memory_limit(spawner.park_memory_limit)
 
 
-def _serve_jobs(app: Any, broker: Broker, ledger_file: str, parker: Parker | None) -> JobBoard:
+def _serve_jobs(app: Any, broker: Broker, record: JobRecord, parker: Parker | None) -> JobBoard:
     """The jobs, read back and checked against Docker's books; they start once the hub
     runs (its proxy must route to them)."""
 
@@ -223,7 +237,6 @@ def _serve_jobs(app: Any, broker: Broker, ledger_file: str, parker: Parker | Non
         refusal = budgets.standing_of(broker, app.db, user_id, limits).refusal(broker.clock())
         return None if refusal is None else str(refusal)
 
-    record = JobRecord(ledger_file)
     launcher = Launcher(app, app.log)
     jobs = JobBoard(broker, launcher, record, rules_of, budget_refusal, app.log, parker)
     jobs.recover()
@@ -243,6 +256,13 @@ def _serve_jobs(app: Any, broker: Broker, ledger_file: str, parker: Parker | Non
 
 async def _jobs_tick(jobs: JobBoard, broker: Broker) -> None:
     jobs.tick(broker.clock())
+
+
+def _container_pids(site: GPUSite) -> ContainerPids:
+    """Which processes a container runs: the host's /proc; for simulated GPUs, the load
+    file's."""
+    pids: ContainerPids = getattr(site.source, "container_pids", processes.container_pids)
+    return pids
 
 
 def _process_owners(site: GPUSite) -> Owners:
@@ -311,9 +331,11 @@ def _open_ledger(path: str) -> Ledger:
         ) from None
 
 
-def _known_servers(db: Any) -> KnownServers:
+def _known_servers(db: Any, jobs: set[tuple[int, str]], parked: Mapping[int, Any]) -> KnownServers:
     running = db.query(orm.Spawner).filter(orm.Spawner.server_id.isnot(None)).all()
     return KnownServers(
         ids=frozenset((s.id, s.user_id) for s in running),
         by_name={(s.user.name, s.name): (s.id, s.user_id) for s in running},
+        jobs=frozenset(jobs),
+        parked=frozenset(parked),
     )

@@ -113,12 +113,14 @@ def test_something_else_on_the_agents_port_is_a_silent_node_not_a_failed_tick():
 
 def test_a_pid_two_nodes_report_belongs_to_nobody(tmp_path):
     """PIDs are each node's own: the same number on two nodes names two processes."""
-    servers = []
-    for address, gpu, owner in (("127.0.0.1", BUSY, "jupyter-ann"), ("127.0.0.2", FREE, None)):
+    servers: list = []
+    pid = None  # ann's simulated PID on n1, then the same number in no container on n2
+    for address, gpu in (("127.0.0.1", BUSY), ("127.0.0.2", FREE)):
         load = tmp_path / f"{address}.json"
-        process = {"container": owner} if owner else 4_000_000  # a PID in no container
+        process = {"container": "jupyter-ann"} if pid is None else pid
         load.write_text(json.dumps({gpu: {"processes": [process]}}))
         simulated = SimulatedSource(load_file=str(load))
+        [pid] = simulated.sample([gpu])[gpu].processes
         port = servers[0].server_address[1] if servers else 0
         servers.append(serve(Agent(simulated, simulated.process_owners, ""), address, port))
         threading.Thread(target=servers[-1].serve_forever, daemon=True).start()
@@ -126,8 +128,8 @@ def test_a_pid_two_nodes_report_belongs_to_nobody(tmp_path):
     source = SwarmSource(lambda: nodes, AgentAccess(servers[0].server_address[1]))
     try:
         samples = source.sample([BUSY, FREE])
-        assert samples[BUSY].processes == samples[FREE].processes == (4_000_000,)
-        assert source.process_owners([4_000_000]) == {}
+        assert samples[BUSY].processes == samples[FREE].processes == (pid,)
+        assert source.process_owners([pid]) == {}
     finally:
         for server in servers:
             server.shutdown()

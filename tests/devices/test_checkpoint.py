@@ -1,5 +1,7 @@
 """Parking a server's or a job's CUDA processes: all of them or none, on the driver's word."""
 
+import json
+
 import pytest
 
 from gpuspawner.devices.checkpoint import (
@@ -10,6 +12,7 @@ from gpuspawner.devices.checkpoint import (
     states,
     unpark,
 )
+from gpuspawner.devices.simulated import FIRST_SIMULATED_PID, SimulatedSource
 from gpuspawner.devices.simulated_checkpoint import SimulatedCheckpointDriver, SimulatedProcess
 
 GIB = 2**30
@@ -95,3 +98,40 @@ def test_a_process_that_is_not_a_cuda_process_is_named_in_the_refusal():
 def test_without_an_nvidia_driver_the_real_driver_says_so():
     with pytest.raises(CheckpointError, match="CUDA_ERROR_NO_DEVICE"):
         CudaDriver("libcuda-that-is-not-here.so.1")
+
+
+def test_on_a_simulated_host_a_parked_process_leaves_nvmls_view_with_its_memory(tmp_path):
+    """The hub's double: what the load file lists is a CUDA process; parked, it is gone
+    from the GPU's processes and memory, as NVML would show it, and comes back."""
+    load = tmp_path / "load.json"
+    host = SimulatedSource(1, seed="parking", load_file=str(load))
+    [gpu] = host.list_gpus()
+    job = {"container": "job-7", "memory_gib": 30}
+    person = {"container": "alice", "memory_gib": 10}
+    load.write_text(json.dumps({"0": {"memory_used_gib": 40, "processes": [job, person]}}))
+    driver = SimulatedCheckpointDriver(host=host)
+    job_pid, person_pid = host.sample([gpu.uuid])[gpu.uuid].processes
+
+    park(driver, [job_pid], timeout_ms=5000)
+    seen = host.sample([gpu.uuid])[gpu.uuid]
+    assert (seen.processes, seen.memory_used_bytes) == ((person_pid,), 10 * GIB)
+    assert driver.free_bytes(gpu.uuid) == 70 * GIB
+
+    unpark(driver, [job_pid])
+    seen = host.sample([gpu.uuid])[gpu.uuid]
+    assert (seen.processes, seen.memory_used_bytes) == ((job_pid, person_pid), 40 * GIB)
+
+
+def test_on_a_simulated_host_the_load_file_names_the_calls_the_driver_refuses(tmp_path):
+    load = tmp_path / "load.json"
+    host = SimulatedSource(1, seed="parking", load_file=str(load))
+    refused = {"container": "job-7", "refuse": {"restore": "CUDA_ERROR_UNKNOWN"}}
+    load.write_text(json.dumps({"0": {"memory_used_gib": 30, "processes": [refused]}}))
+    driver = SimulatedCheckpointDriver(host=host)
+    [pid] = host.sample([host.uuid(0)])[host.uuid(0)].processes
+    park(driver, [pid], timeout_ms=5000)
+    with pytest.raises(CheckpointError, match="CUDA_ERROR_UNKNOWN"):
+        unpark(driver, [pid])
+    assert driver.state(pid) is ProcessState.CHECKPOINTED  # still parked, its work kept
+    with pytest.raises(CheckpointError, match="CUDA_ERROR_INVALID_VALUE"):
+        driver.state(FIRST_SIMULATED_PID + 99)  # listed nowhere: not a CUDA process

@@ -28,6 +28,17 @@ def test_a_process_is_found_in_its_containers_cgroup(tmp_path, cgroup, owner):
     assert processes.owners([4242, 4243], tmp_path) == ({4242: owner} if owner else {})
 
 
+def test_a_containers_processes_are_listed_for_the_driver_to_be_asked(tmp_path):
+    """After a restart the hub asks the checkpoint driver about every process of each of its
+    containers: those in its cgroup, and only those."""
+    for pid, cgroup in ((10, f"0::/docker/{ID}\n"), (11, f"0::/docker/{ID}\n"), (12, "0::/\n")):
+        (tmp_path / str(pid)).mkdir()
+        (tmp_path / str(pid) / "cgroup").write_text(cgroup)
+    (tmp_path / "self").mkdir()
+    found = processes.container_pids({"7": ["jupyter-ann", ID], "8": ["other"]}, tmp_path)
+    assert {key: sorted(pids) for key, pids in found.items()} == {"7": [10, 11], "8": []}
+
+
 @pytest.mark.docker
 def test_a_real_containers_process_is_found():
     client = docker.from_env()
@@ -38,5 +49,6 @@ def test_a_real_containers_process_is_found():
         box.reload()
         pid = box.attrs["State"]["Pid"]
         assert processes.owners([pid, 1]) == {pid: box.id}
+        assert pid in processes.container_pids({"box": [box.name, box.id]})["box"]
     finally:
         box.remove(force=True)

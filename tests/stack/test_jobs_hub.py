@@ -269,5 +269,5 @@ def test_a_job_past_its_max_runtime_is_stopped_its_work_saved_and_never_idle_mea
         for (name, labels), value in hub.metrics().items()
         if name == "gpuspawner_jobs"
     }
-    assert states == {"waiting": 0, "starting": 0, "running": 0, "giving way": 0}
+    assert states == {"waiting": 0, "starting": 0, "running": 0, "giving way": 0, "parked": 0}
     assert hub.metrics()[("gpuspawner_jobs_ended_total", (("state", "failed"),))] >= 1

@@ -80,6 +80,7 @@ def test_a_job_is_parked_for_a_persons_start_and_goes_on_when_they_leave(hub, lo
     gpu = hub.pool()["gpus"][0]
     assert gpu["telemetry"]["memory_used_bytes"] == 0  # NVML: its memory left the GPU
     assert "parked" in hub.log() and checkpoints(hub) == saved  # no SIGTERM
+    assert hub.metrics()[("gpuspawner_parked_bytes", ())] == 20 * GIB
 
     hub.stop_server("alice")
     back = wait_state(hub, "bob", running["id"], "running")
@@ -89,6 +90,28 @@ def test_a_job_is_parked_for_a_persons_start_and_goes_on_when_they_leave(hub, lo
         lambda: job(hub, "bob", running["id"])["gpu_use"][0]["memory_used_bytes"] == 20 * GIB,
         what="its memory back on the GPU",
     )
+    assert hub.metrics()[("gpuspawner_parked_bytes", ())] == 0
+    cancel(hub, running)
+    load_file.write_text("{}")
+
+
+def test_after_a_hub_kill_9_a_parked_job_is_parked_on_the_drivers_word(hub, load_file):
+    running, uuid = running_on_gpu(hub, load_file)
+    hub.spawn_ready("alice", profile="light-1")
+    wait_state(hub, "bob", running["id"], "parked")
+    job_container = hub.container_of("bob", running["server"]).id
+
+    hub.kill()
+    hub.start()  # two containers reach the GPU; the driver says which one is on it
+
+    assert job(hub, "bob", running["id"])["state"] == "parked"
+    assert hub.gpu_states() == {uuid: "allocated"} and hub.held_by("alice") == [uuid]
+    assert "its GPU work parked, as the driver says" in hub.log()
+    assert "not adopted" not in hub.log()
+    hub.stop_server("alice")
+    back = wait_state(hub, "bob", running["id"], "running")
+    assert back["attempts"] == 1  # the same run goes on
+    assert hub.container_of("bob", running["server"]).id == job_container
     cancel(hub, running)
     load_file.write_text("{}")
 

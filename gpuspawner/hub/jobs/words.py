@@ -79,6 +79,13 @@ def parked_for(to: str, now: float) -> str:
     )
 
 
+def parked_while_away() -> str:
+    return (
+        "Parked while the hub restarted: its GPU work waits in host memory, and goes on "
+        "where it was, on the same GPUs, when they are free."
+    )
+
+
 def restore_failed(error: object) -> str:
     return (
         f"Stopped: {error}. Its log and outputs so far are in its folder; submit it again "

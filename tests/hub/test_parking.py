@@ -1,0 +1,122 @@
+"""The hub's parker, in process: which work it parks and why not, its settings' checks, and
+the driver's word read back after a restart (the real stack: tests/stack/test_parking_hub.py)."""
+
+import asyncio
+import json
+import logging
+
+import pytest
+from brokers import HUB, a_broker
+
+from gpuspawner.config.settings import GPUSettings
+from gpuspawner.core.errors import GPUConfigError
+from gpuspawner.core.gpus import Telemetry
+from gpuspawner.core.pool import Holder
+from gpuspawner.core.units import Request
+from gpuspawner.devices.checkpoint import ProcessState
+from gpuspawner.devices.simulated_checkpoint import SimulatedCheckpointDriver, SimulatedProcess
+from gpuspawner.engine import docker as engine
+from gpuspawner.hub.monitor import Observation
+from gpuspawner.hub.parking import Parker, checkpoint_driver, memory_limit
+
+GIB = 2**30
+JOB = Holder(1, 10, "bob", "job-1", job=True)
+LOG = logging.getLogger("test")
+
+
+def container(grant) -> object:
+    return engine.seen(
+        {
+            "Id": "c1",
+            "Name": "/jupyter-bob--job-1",
+            "Config": {"Labels": engine.labels(grant, HUB), "Image": "notebook"},
+            "State": {"Running": True},
+            "HostConfig": {"DeviceRequests": engine.device_requests(grant.uuids)},
+        }
+    )
+
+
+def parker_seeing(pids: tuple[int, ...], memory_gib: int = 20, limit_gib: int = 64):
+    broker = a_broker(gpus=1)
+    grant = broker.take_now(JOB, 1)
+    [uuid] = grant.uuids
+    sample = Telemetry(90.0, memory_gib * GIB, processes=pids)
+    owners = dict.fromkeys(pids, "jupyter-bob--job-1")
+    parker = Parker(broker, SimulatedCheckpointDriver(), limit_gib * GIB, LOG)
+    parker.observed(Observation({uuid: sample}, [container(grant)], owners=owners))
+    return parker, grant
+
+
+@pytest.mark.parametrize(
+    ("pids", "memory", "says"),
+    [
+        ((), 20, "it has no CUDA process to park"),
+        ((5, 6), 20, "it runs 2 CUDA processes, and the driver cannot yet checkpoint"),
+        ((5,), 70, "its 70 GiB of GPU memory would take parked work past park_memory_limit"),
+        ((5,), 20, ""),
+    ],
+)
+def test_work_is_parked_only_where_the_driver_can_take_it_whole(pids, memory, says):
+    parker, grant = parker_seeing(pids, memory)
+    assert (parker.why_not(grant) == says) if not says else says in parker.why_not(grant)
+
+
+def test_before_the_monitors_first_look_nothing_is_parked():
+    broker = a_broker(gpus=1)
+    grant = broker.take_now(JOB, 1)
+    parker = Parker(broker, SimulatedCheckpointDriver(), 64 * GIB, LOG)
+    assert parker.why_not(grant) == "which processes it runs on its GPUs is not known yet"
+
+
+def test_a_mig_instance_is_never_parked():
+    broker = a_broker(GPUSettings(simulated_host=[{"mig": ["3g.40gb"]}]))
+    grant = broker.take_now(JOB, Request(mig_profile="3g.40gb"))
+    parker = Parker(broker, SimulatedCheckpointDriver(), 64 * GIB, LOG)
+    assert "MIG instance or a shared GPU" in parker.why_not(grant)
+
+
+def test_the_driver_refusing_leaves_the_work_running_and_says_why():
+    parker, grant = parker_seeing((5,))
+    parker.driver.start(5, _process(grant))
+    parker.driver.refuse("checkpoint", "CUDA_ERROR_UNKNOWN")
+    refusal = asyncio.run(parker.park(grant))
+    assert "the driver refused" in refusal and "CUDA_ERROR_UNKNOWN" in refusal
+    assert parker.driver.state(5) is ProcessState.RUNNING
+    assert not parker.broker.grant_of(grant.key).parked and parker.parked_bytes() == 0
+
+
+def _process(grant) -> SimulatedProcess:
+    return SimulatedProcess(grant.uuids[0], 20 * GIB)
+
+
+def test_after_a_restart_the_driver_says_what_is_parked_and_unlocks_what_was_left_locked(
+    tmp_path,
+):
+    state = tmp_path / "load.json.checkpoints"
+    broker = a_broker(gpus=1)
+    grant = broker.take_now(JOB, 1)
+    before = SimulatedCheckpointDriver(state_file=str(state))
+    for pid in (5, 6):
+        before.start(pid, _process(grant))
+    before.lock(5, 0)
+    before.checkpoint(5)  # parked
+    before.lock(6, 0)  # a park the last hub never finished
+    assert json.loads(state.read_text()).keys() == {"5", "6"}
+
+    parker = Parker(broker, SimulatedCheckpointDriver(state_file=str(state)), 64 * GIB, LOG)
+    parked = parker.read_back([container(grant)], lambda containers: {"1": [5, 6, 7]})
+    assert parked == {1: (5,)}
+    assert parker.driver.state(6) is ProcessState.RUNNING
+
+
+def test_parking_settings_that_cannot_work_are_refused_in_one_line():
+    host = a_broker(gpus=1).site.source
+    with pytest.raises(GPUConfigError, match="parking runs on one host"):
+        checkpoint_driver("auto", host, on_swarm=True)
+    with pytest.raises(GPUConfigError, match="parks simulated GPUs' work only"):
+        checkpoint_driver("simulated", object(), on_swarm=False)
+    with pytest.raises(GPUConfigError, match="needs the NVIDIA driver's checkpoint API"):
+        checkpoint_driver("cuda", host, on_swarm=False)  # no libcuda on this machine
+    with pytest.raises(GPUConfigError, match="park_memory_limit must be memory"):
+        memory_limit("lots")
+    assert memory_limit("64G") == 64 * GIB and memory_limit("") > 0
