@@ -18,6 +18,7 @@ from fractions import Fraction
 from typing import Any
 
 from .gpus import Telemetry
+from .grants import Grant
 from .limits import Limited
 from .words import count_gpus, duration, from_group, your_server
 
@@ -117,6 +118,7 @@ class IdleClock:
 class Verdict:
     key: int
     reason: str
+    idle: bool = False  # for its gpu_idle_timeout: where parking is on, it is parked instead
 
 
 def decide(
@@ -145,8 +147,30 @@ def decide(
                 key,
                 f"its {count_gpus(gpus)} {'was' if gpus <= 1 else 'were'} idle for "
                 f"{duration(idle)} (gpu_idle_timeout{from_group(idle_limit.group)})",
+                idle=True,
             )
     return None
+
+
+DEFAULT_MAX_PARKED = 12 * 3600.0  # seconds a parked server stays parked, unless its group says
+
+
+def parked_too_long(
+    grant: Grant, parked_since: float, durations: Mapping[str, Limited], now: float
+) -> Verdict | None:
+    """Whether a parked server is over its max_age or max_parked, and why in words."""
+    aged = decide(grant.key, grant.weight, grant.since, None, durations, now)
+    if aged is not None:
+        return aged
+    limit = durations.get("max_parked", Limited(None, None))
+    longest = DEFAULT_MAX_PARKED if limit.value is None else float(limit.value)
+    if now - parked_since < longest:
+        return None
+    return Verdict(
+        grant.key,
+        f"it was parked for {duration(now - parked_since)}, the longest a server stays "
+        f"parked (max_parked{from_group(limit.group)})",
+    )
 
 
 def notice(server: str, stopped_at: float, reason: str, kept_in: str | None = None) -> str:

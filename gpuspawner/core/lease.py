@@ -108,6 +108,7 @@ def lease(
     now: float,
     warn_before: float,
     gpu_use_known: bool = True,
+    parks: bool = False,
 ) -> Lease:
     """The deadlines of a server holding `gpus` GPUs (GPU-equivalents) since `started`.
 
@@ -115,7 +116,9 @@ def lease(
     resolves them. `gpu_use_known`: whether the monitor has a verdict on the GPUs' use
     (not before its first sample, nor while it cannot tell); `idle_since` None then means
     "not known", not "busy". The idle culler applies `idle_timeout` to GPU servers and
-    `cpu_idle_timeout` to CPU-only ones, as the spawner tells it at start.
+    `cpu_idle_timeout` to CPU-only ones, as the spawner tells it at start. `parks`: the hub
+    parks the server's GPU work at its gpu_idle_timeout instead of stopping it (parking is
+    on), so that limit stops nothing and is never warned of.
     """
     keys = ("max_age", "gpu_idle_timeout", "idle_timeout") if gpus else ("cpu_idle_timeout",)
     deadlines = []
@@ -129,6 +132,8 @@ def lease(
             stops_at, says = _max_age(seconds, where, started, now)
         elif key == "gpu_idle_timeout":
             stops_at, says = _gpu_idle(seconds, where, gpus, idle_since, gpu_use_known, now)
+            if parks:
+                stops_at, says = None, _parked_at(seconds, where, gpus, idle_since, now)
         else:
             stops_at, says = _idle(seconds, where, last_activity, now)
         warn_at = None
@@ -164,6 +169,22 @@ def _gpu_idle(
     return stops_at, (
         f"Your {count_gpus(gpus)} {_has(gpus)} been idle for {duration(now - idle_since)}; "
         f"at {duration(seconds)} {back}, {_in(stops_at - now)} {where}."
+    )
+
+
+def _parked_at(
+    seconds: float, where: str, gpus: int | Fraction, idle_since: float | None, now: float
+) -> str:
+    then = (
+        f"; at {duration(seconds)}, {_in(idle_since + seconds - now)}"
+        if idle_since is not None
+        else f"; once idle for {duration(seconds)}"
+    )
+    idle = f"has been idle for {duration(now - idle_since)}" if idle_since is not None else ""
+    return (
+        f"Your {count_gpus(gpus)} {idle or _is(gpus) + ' not idle'}{then}, your GPU work is "
+        f"parked in host memory and {_it(gpus)} may run a job {where}: nothing stops, and "
+        "your work comes back where it was when you run a cell."
     )
 
 

@@ -52,6 +52,19 @@ def test_each_limit_says_when_it_stops_the_server():
     assert current.warning is None and current.warning_says() is None
 
 
+def test_with_parking_the_gpu_idle_limit_parks_stops_nothing_and_is_never_warned_of():
+    current = lease_at(
+        T0 + 55 * MIN, idle_since=T0 + 10 * MIN, last_activity=T0 + 55 * MIN, parks=True
+    )
+    assert says(current)["gpu_idle_timeout"] == (
+        "Your 1 GPU has been idle for 45 min; at 1 h 0 min, in 15 min, your GPU work is parked "
+        "in host memory and it may run a job (gpu_idle_timeout of group students): nothing "
+        "stops, and your work comes back where it was when you run a cell."
+    )
+    assert current.summary() == "1 GPU · 2 h 0 min left"  # idle_timeout's, the soonest stop
+    assert current.warning is None
+
+
 def test_busy_gpus_stop_the_idle_clock_and_no_limit_means_no_line():
     current = lease_at(
         T0 + 5,
