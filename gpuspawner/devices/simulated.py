@@ -49,7 +49,8 @@ class SimulatedSource:
     health (a reason: the GPU is then unhealthy) and processes. A process is a
     PID, or {"container": NAME, "utilization_percent": P}: a process of that
     container (its name or id) using P % of the GPU, which is how a simulated
-    shared GPU says which of its servers is busy. For the checkpoint driver's
+    shared GPU says which of its servers is busy; a `name` tells apart several
+    processes of one container. For the checkpoint driver's
     double, a process is a CUDA process holding `memory_gib` (else its share of
     the device's `memory_used_gib`), and `refuse` names calls the driver refuses it.
     """
@@ -70,6 +71,7 @@ class SimulatedSource:
         self.host = host
         self._gpus = self._read_host() if host else self._identical(count)
         self._owners: dict[int, str] = {}  # simulated PIDs → their container
+        self._pids: dict[str, int] = {}  # "container" or "container/name" → its simulated PID
         # Checkpointed simulated PIDs → the GPU memory they held: a checkpoint driver's word
         # (`SimulatedCheckpointDriver(host=...)`). NVML lists them no more, nor their memory.
         self.parked: Callable[[], Mapping[int, int]] = dict
@@ -196,7 +198,7 @@ class SimulatedSource:
     def _processes(self, load: Mapping[str, Any]) -> list[tuple[int, Any]]:
         listed = load.get("processes", ())
         return [
-            (self._pid_of(str(p.get("container", ""))) if isinstance(p, Mapping) else int(p), p)
+            (self._pid_of(p) if isinstance(p, Mapping) else int(p), p)
             for p in (listed if isinstance(listed, list) else ())
         ]
 
@@ -229,29 +231,32 @@ class SimulatedSource:
                 return Listed(devices[key], memory, devices[key] in migs, dict(refuse))
         return None
 
-    def _pid_of(self, container: str) -> int:
-        for pid, owner in self._owners.items():
-            if owner == container:
-                return pid
-        digest = int(hashlib.sha256(container.encode()).hexdigest(), 16)
-        pid = FIRST_SIMULATED_PID + digest % SIMULATED_PIDS  # the same in the next hub too
+    def _pid_of(self, process: Mapping[str, Any]) -> int:
+        """A listed process's simulated PID: the same for its container (and `name`, where a
+        container runs several) on every look, and in the next hub's."""
+        container = str(process.get("container", ""))
+        key = f"{container}/{process['name']}" if process.get("name") else container
+        if key in self._pids:
+            return self._pids[key]
+        digest = int(hashlib.sha256(key.encode()).hexdigest(), 16)
+        pid = FIRST_SIMULATED_PID + digest % SIMULATED_PIDS
         while pid in self._owners:
             pid += 1
-        self._owners[pid] = container
+        self._owners[pid], self._pids[key] = container, pid
         return pid
 
     def container_pids(self, containers: Mapping[str, Iterable[str]]) -> dict[str, list[int]]:
         """The simulated processes the load file lists for each container (by a key, from
         its names and ids), whether or not they are parked now."""
-        loads = [load for load in self._loads().values() if isinstance(load, Mapping)]
-        listed = {
-            str(p.get("container", ""))
-            for load in loads
+        listed = [
+            p
+            for load in self._loads().values()
+            if isinstance(load, Mapping)
             for p in load.get("processes", ())
             if isinstance(p, Mapping)
-        }
+        ]
         return {
-            key: [self._pid_of(name) for name in names if name in listed]
+            key: [self._pid_of(p) for p in listed if str(p.get("container", "")) in set(names)]
             for key, names in containers.items()
         }
 

@@ -73,6 +73,10 @@ class JobsPart(Protocol):
 
     def parked_bytes(self) -> int: ...
 
+    def wake(self, grant: Grant) -> str: ...
+
+    def residency(self, key: int) -> str: ...
+
 
 class BrokerNotRunning(RuntimeError):
     """A GPUSpawner was used in a process whose hub did not start the broker."""
@@ -336,8 +340,11 @@ class Broker:
 
     def take_back(self, key: int) -> Grant:
         """A parked server holds its own GPUs again, before the driver restores its work
-        (so nobody is given them meanwhile); StillLent while another holds them."""
-        return self._pool.restore(key)
+        (so nobody is given them meanwhile); StillLent while another holds them. Its GPUs'
+        idle clock starts again: it was parked, not idle."""
+        grant = self._pool.restore(key)
+        self._idle.forget(key)
+        return grant
 
     def release_when_gone(
         self, key: int, container_id: str = "", after: Future[object] | None = None

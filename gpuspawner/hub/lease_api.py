@@ -1,7 +1,8 @@
 """A server's own lease, for the JupyterLab inside it: its GPUs, and the time left.
 
 `GET /hub/api/users/:name/server/gpu-lease` (the default server) and
-`GET /hub/api/users/:name/servers/:server/gpu-lease` (a named one), read-only.
+`GET /hub/api/users/:name/servers/:server/gpu-lease` (a named one); with parking on,
+`POST …/gpu-lease/wake` brings a parked server's GPU work back (a cell is about to run).
 
 Who may read it: a token holding `access:servers` for that very server. The
 server's own `JUPYTERHUB_API_TOKEN` holds exactly that (JupyterHub's `server`
@@ -32,10 +33,14 @@ from ..core.words import duration, iso_utc
 from .broker import Broker
 
 SCOPE = "access:servers"
+REFRESH_WHILE = {"parked": 10, "restoring": 2}  # seconds: JupyterLab shows a wake promptly
 
 
 class LeaseAPIHandler(APIHandler):
     def get(self, user_name: str, server_name: str = "") -> None:
+        self._answer(self._spawner(user_name, server_name))
+
+    def _spawner(self, user_name: str, server_name: str) -> Any:
         if self.current_user is None:
             raise web.HTTPError(403, "Missing or invalid credentials.")
         server = f"{user_name}/{server_name}"
@@ -45,10 +50,26 @@ class LeaseAPIHandler(APIHandler):
         orm_spawner = user.orm_spawners.get(server_name) if user is not None else None
         if orm_spawner is None or orm_spawner.server is None:
             raise web.HTTPError(404, f"Server {server} is not running.")
-        spawner = user.spawners[server_name]
+        return user.spawners[server_name]
+
+    def _answer(self, spawner: Any) -> None:
         self.set_header("Content-Type", "application/json")
         self.set_header("Cache-Control", "no-store")
         self.write(json.dumps(lease_of(spawner, Broker.current())))
+
+
+class WakeAPIHandler(LeaseAPIHandler):
+    """POST …/gpu-lease/wake: a parked server wants its GPUs back (a cell is about to run in
+    it). The jobs lent them give way and its work is restored; the answer is its lease, whose
+    `residency` says where it is now. A server that is not parked is left as it is."""
+
+    def post(self, user_name: str, server_name: str = "") -> None:
+        spawner = self._spawner(user_name, server_name)
+        broker = Broker.current()
+        grant = broker.grant_of(spawner.orm_spawner.id)
+        if grant is not None and broker.jobs is not None:
+            broker.jobs.wake(grant)
+        self._answer(spawner)
 
 
 def lease_of(spawner: Any, broker: Broker) -> dict[str, Any]:
@@ -62,6 +83,7 @@ def lease_of(spawner: Any, broker: Broker) -> dict[str, Any]:
     if spawner.idle_limit is not None:  # what the idle culler reads from the server's state
         durations["idle_timeout" if units else "cpu_idle_timeout"] = spawner.idle_limit
     started = grant.since if grant is not None else _epoch(spawner.orm_spawner.started) or now
+    residency = _residency(spawner, broker)
     current = lease(
         gpus=grant.weight if grant is not None else 0,
         started=started,
@@ -71,6 +93,7 @@ def lease_of(spawner: Any, broker: Broker) -> dict[str, Any]:
         now=now,
         warn_before=spawner.warn_before_cull,
         gpu_use_known=broker.gpu_use_known(spawner.orm_spawner.id),
+        parks=bool(spawner.parking),
     )
     return {
         "user": user.name,
@@ -100,10 +123,33 @@ def lease_of(spawner: Any, broker: Broker) -> dict[str, Any]:
             }
             for d in current.deadlines
         ],
+        "residency": residency,
         "warning": _docker_silent(spawner, broker, now) or _warning(current),
-        "refresh_seconds": current.look_again_in(),
+        "refresh_seconds": REFRESH_WHILE.get(residency["state"], current.look_again_in()),
         "now": iso_utc(now),
     }
+
+
+def _residency(spawner: Any, broker: Broker) -> dict[str, Any]:
+    """Where the server's GPU work is: on its GPUs ("resident"), in host memory while its
+    GPUs run a job ("parked"), or on its way back ("restoring")."""
+    jobs = broker.jobs
+    key = spawner.orm_spawner.id
+    state = jobs.residency(key) if jobs is not None else "resident"
+    grant = broker.grant_of(key)
+    lent = (
+        state == "parked"
+        and grant is not None
+        and any(broker.pool.holder_of(u.id) is not None for u in grant.units)
+    )
+    says = {
+        "resident": "",
+        "parked": "Parked: your GPU work waits in host memory"
+        + (", and your GPU runs a job meanwhile. " if lent else ". ")
+        + "Run a cell (or start a GPU program) and it comes back, where it was.",
+        "restoring": "Restoring: your GPU work is on its way back to your GPU.",
+    }[state]
+    return {"state": state, "lent": lent, "says": says}
 
 
 def _docker_silent(spawner: Any, broker: Broker, now: float) -> dict[str, Any] | None:
@@ -149,6 +195,8 @@ def handlers(hub_prefix: str) -> list[tuple[str, type]]:
     return [
         (f"{api}/server/gpu-lease", LeaseAPIHandler),
         (f"{api}/servers/([^/]*)/gpu-lease", LeaseAPIHandler),
+        (f"{api}/server/gpu-lease/wake", WakeAPIHandler),
+        (f"{api}/servers/([^/]*)/gpu-lease/wake", WakeAPIHandler),
     ]
 
 

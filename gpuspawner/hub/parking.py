@@ -1,16 +1,18 @@
-"""Parking on the hub: a job gives way to a person by parking its GPU work in host memory.
+"""Parking on the hub: a job gives way to a person, and a person's idle server lends its GPU
+to jobs, by parking GPU work in host memory.
 
-The jobs' board asks `why_not` of a job it would make give way. Where the driver can park
-it, `park` has the driver lock and checkpoint the CUDA processes the monitor last saw the
-job's container run on its GPUs (all or none, `devices.checkpoint.park`), and only then
-tells the books (`Broker.parked`): the person's start is lent its GPUs. Where it cannot
-(MIG or shared slots, no CUDA process or several, past `park_memory_limit`, the driver's
-refusal), the reason is returned and the job gives way by SIGTERM as without parking.
+The jobs' board asks `why_not` of a job it would make give way, and the reclaimer of a
+person's server at its GPU-idle limit. Where the driver can park the server's work, `park`
+has the driver lock and checkpoint the CUDA processes the monitor last saw its container
+run on its GPUs (all or none, `devices.checkpoint.park`), and only then tells the books
+(`Broker.parked`): its GPUs may be lent. Where it cannot (MIG or shared slots, no CUDA
+process or several, past `park_memory_limit`, the driver's refusal), the reason is
+returned: a job gives way by SIGTERM, a person's server is stopped, as without parking.
 
 `restore` brings parked work back once its GPUs are free again and hold the memory it
 parked (a restore without room leaves the process stuck for good): the books first take
 the GPUs back for it, so nobody is given them while the driver copies, then the driver
-restores and unlocks. A refused restore is `RestoreFailed`: its job must be stopped.
+restores and unlocks. A refused restore is `RestoreFailed`: its server must be stopped.
 
 Driver calls block for seconds (they copy GPU memory), so they run in a worker thread of
 their own, one at a time. What is parked is remembered here, with the PIDs and bytes.
@@ -71,6 +73,11 @@ class Parker:
 
     def parked(self) -> Mapping[int, Parked]:
         return dict(self._parked)
+
+    def since(self, key: int) -> float | None:
+        """When the server's work was parked; None if it is not."""
+        parked = self._parked.get(key)
+        return parked.since if parked is not None else None
 
     def parked_bytes(self) -> int:
         return sum(p.bytes for p in self._parked.values())

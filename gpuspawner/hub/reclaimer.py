@@ -13,6 +13,11 @@ ids in their grant, so a renamed user's server is found all the same.
 Whether a server's GPUs are busy is the monitor's word (`Observation.busy`): a
 slot of a shared GPU is busy by its server's own processes only, so one busy
 server does not keep its idle neighbours from being culled.
+
+With parking on, a server past its `gpu_idle_timeout` is parked instead (`hub.parking`):
+its kernel lives, its GPUs may run jobs, and it wakes when its user runs a cell or a
+process of it opens its GPU. Parked longer than its group's `max_parked` (or past its
+`max_age`), it is stopped as without parking.
 """
 
 from __future__ import annotations
@@ -24,12 +29,13 @@ from typing import Any
 
 from jupyterhub.utils import utcnow
 
-from ..core.culling import Verdict, decide
+from ..core.culling import Verdict, decide, parked_too_long
 from ..core.pool import Grant
 from ..core.usage import UsageRecord
 from . import budgets
 from .broker import Broker
-from .monitor import Observation
+from .monitor import Observation, processes_of
+from .parking import Parker
 
 
 @dataclass
@@ -40,6 +46,7 @@ class Reclaimer:
     # Read once a tick, where a budget needs them: the ledger's last week, and groups' members.
     _week: list[UsageRecord] | None = field(default=None, init=False, repr=False)
     _members: dict[str, frozenset[int]] = field(default_factory=dict, init=False, repr=False)
+    parker: Parker | None = None  # with parking on: servers at their GPU-idle limit are parked
     # The stops under way, by grant key: they run beside the monitor's ticks, not in them.
     _stopping: dict[int, asyncio.Task[None]] = field(default_factory=dict, init=False, repr=False)
 
@@ -59,18 +66,30 @@ class Reclaimer:
                 self._record_activity(user, grant.holder.server)
             if job:
                 continue  # its own limit is max_runtime (`hub.jobs`)
+            if grant.parked:
+                self._while_parked(grant, observation)
             verdict = self._verdict(user, grant, now)
             if verdict is not None and grant.key not in self._stopping:
-                self._stopping[grant.key] = asyncio.ensure_future(
-                    self._stop(user, grant, verdict, now)
-                )
+                parks = verdict.idle and self.parker is not None
+                act = self._park if parks else self._stop
+                self._stopping[grant.key] = asyncio.ensure_future(act(user, grant, verdict, now))
 
     def _is_job(self, grant: Grant) -> bool:
         jobs = self.broker.jobs
         return jobs is not None and jobs.is_job(grant.holder.user_id, grant.holder.server)
 
+    def _while_parked(self, grant: Grant, observation: Observation) -> None:
+        """A process of a parked server opened its GPU (a terminal's `python train.py`, a
+        kernel the driver did not park): the server wakes, as for a cell run."""
+        jobs = self.broker.jobs
+        if jobs is not None and processes_of(grant, observation, self.broker.hub):
+            jobs.wake(grant)
+
     def _verdict(self, user: Any, grant: Grant, now: float) -> Verdict | None:
         limits = self.broker.site.limits.for_user({g.name for g in user.groups}, bool(user.admin))
+        parked_since = self.parker.since(grant.key) if self.parker and grant.parked else None
+        if parked_since is not None:
+            return parked_too_long(grant, parked_since, limits.durations, now)
         verdict = decide(
             grant.key,
             grant.weight,
@@ -102,6 +121,20 @@ class Reclaimer:
         if user.orm_user.last_activity is None or user.orm_user.last_activity < moment:
             user.orm_user.last_activity = moment
         self.app.db.commit()
+
+    async def _park(self, user: Any, grant: Grant, verdict: Verdict, now: float) -> None:
+        """Past its GPU-idle limit with parking on: parked, its kernel kept, its GPUs lent to
+        jobs until its user comes back; stopped as without parking where it cannot be."""
+        assert self.parker is not None
+        try:
+            refusal = await self.parker.park(grant)
+            if refusal:
+                reason = f"{verdict.reason}; it could not be parked: {refusal}"
+                await self._stop_server(user, grant, Verdict(grant.key, reason), now)
+            else:
+                self.log.info("gpuspawner: %s parked: %s", grant.holder.name, verdict.reason)
+        finally:
+            self._stopping.pop(grant.key, None)
 
     async def _stop(self, user: Any, grant: Grant, verdict: Verdict, now: float) -> None:
         try:

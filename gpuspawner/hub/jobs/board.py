@@ -41,13 +41,14 @@ from ..broker import Broker
 from ..counters import JOB_PREEMPTIONS, JOB_WAIT_SECONDS
 from ..parking import Parker
 from . import reading, words
-from .giving_way import GivingWay, Rules
+from .giving_way import Rules
 from .launch import Launch, Launcher
+from .restoring import Restoring
 
 Budget = Callable[[int, UserLimits], str | None]  # why a user may not use GPUs now
 
 
-class JobBoard(GivingWay):
+class JobBoard(Restoring):
     def __init__(
         self,
         broker: Broker,
@@ -164,6 +165,7 @@ class JobBoard(GivingWay):
         job = self._by_server(*where)
         if self.parker is not None:
             self.parker.forget(grant.key)
+        self.forget_waking(grant.key)
         if job is not None and job.state is JobState.GIVING_WAY:
             self._event(job, Event.ENDED, ended=None, preemptions=job.preemptions + 1)
             self._waiting_since[job.id] = now

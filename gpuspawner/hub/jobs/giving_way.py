@@ -19,7 +19,7 @@ from ...core.words import server_name
 from ...records.jobs import Job, JobRecord
 from ..broker import Broker
 from ..counters import JOB_PREEMPTIONS
-from ..parking import Parker, RestoreFailed
+from ..parking import Parker
 from . import reading, words
 from .books import JobBooks
 from .launch import Launcher
@@ -40,7 +40,6 @@ class GivingWay(JobBooks):
         super().__init__(broker, launcher, record, log)
         self.rules_of, self.parker = rules_of, parker
         self._parking: dict[int, frozenset[str]] = {}  # job id → its units, while parking
-        self._restoring: set[int] = set()  # job ids
 
     def parked_bytes(self) -> int:
         """Host memory that parked jobs' GPU work holds now."""
@@ -77,13 +76,13 @@ class GivingWay(JobBooks):
     ) -> Callable[[frozenset[str]], bool]:
         return lambda more: self.broker.pool.fits_if_freed(request, freed | more, claimed)
 
-    def _give_way(self, job: Job, to: Holder) -> None:
+    def _give_way(self, job: Job, to: Holder, why: str = "start") -> None:
         grant = self._grant_of(job)
         if self.parker is not None and grant is not None:
             why_not = self.parker.why_not(grant)
             if not why_not:
                 self._parking[job.id] = frozenset(u.id for u in grant.units)
-                self._spawn(self._park(job, to, grant))
+                self._spawn(self._park(job, to, grant, why))
                 return
             self.log.info("gpuspawner: %s is not parked: %s", job.server, why_not)
         self._stop_for(job, to)
@@ -97,7 +96,7 @@ class GivingWay(JobBooks):
         )
         self._spawn(self._stop(stopping))
 
-    async def _park(self, job: Job, to: Holder, grant: Grant) -> None:
+    async def _park(self, job: Job, to: Holder, grant: Grant, why: str) -> None:
         assert self.parker is not None
         try:
             refusal = await self.parker.park(grant)
@@ -110,35 +109,9 @@ class GivingWay(JobBooks):
             self.log.warning("gpuspawner: %s could not be parked: %s", job.server, refusal)
             self._stop_for(current, to)
             return
-        reason = words.parked_for(server_name(to.user, to.server), self.broker.clock())
+        reason = words.parked_for(server_name(to.user, to.server), why, self.broker.clock())
         self._event(current, Event.PARK, reason=reason, preemptions=current.preemptions + 1)
         JOB_PREEMPTIONS.inc()
-
-    def _restore_parked(self) -> None:
-        """Bring back each parked job whose GPUs are free again (people first: the line
-        has just run, and a person's start may be lent them before)."""
-        for job in self._jobs.values():
-            if job.state is JobState.PARKED and job.id not in self._restoring:
-                grant = self._grant_of(job)
-                if grant is not None and self.parker and not self.parker.waits_for(grant):
-                    self._restoring.add(job.id)
-                    self._spawn(self._restore(job, grant))
-
-    async def _restore(self, job: Job, grant: Grant) -> None:
-        assert self.parker is not None
-        try:
-            back = await self.parker.restore(grant)
-        except RestoreFailed as failure:
-            self.log.error("gpuspawner: %s: %s", job.server, failure)
-            self._finish(
-                self._jobs.get(job.id, job), Event.RESTORE_FAILED, words.restore_failed(failure)
-            )
-            return
-        finally:
-            self._restoring.discard(job.id)
-        current = self._jobs.get(job.id)
-        if back and current is not None:
-            self._event(current, Event.RESTORED, reason="")
 
     def _running_jobs(self) -> list[RunningJob]:
         running = []

@@ -72,9 +72,9 @@ def start_failed(error: BaseException) -> str:
     return f"Its server did not start: {error}"
 
 
-def parked_for(to: str, now: float) -> str:
+def parked_for(to: str, why: str, now: float) -> str:
     return (
-        f"Parked at {at_clock(now, now)} for {to}'s start: its GPU work waits in host memory, "
+        f"Parked at {at_clock(now, now)} for {to}'s {why}: its GPU work waits in host memory, "
         "and goes on where it was, on the same GPUs, when they are free again."
     )
 

@@ -1,0 +1,127 @@
+"""Parked work back on its GPUs: people who woke first, then jobs.
+
+A parked person's server wakes (`wake`: a cell run in it, a process of it on its GPU):
+from then on each pass of the line makes the running jobs lent its GPUs give way
+(parked, else SIGTERM: `giving_way`), and it is restored once they are free with room
+for its memory. A parked job is restored whenever its GPUs are free again, after the
+people who woke (people first: the line has just run, and a person's start may have been
+lent them). A restore the driver refuses stops that server or job, files kept.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from ...core.jobs import Event, JobState
+from ...core.pool import Grant
+from ...records.jobs import JobRecord
+from ..broker import Broker
+from ..parking import Parker, RestoreFailed
+from . import words
+from .giving_way import GivingWay, Rules
+from .launch import Launcher
+
+
+class Restoring(GivingWay):
+    def __init__(
+        self,
+        broker: Broker,
+        launcher: Launcher,
+        record: JobRecord,
+        log: logging.Logger,
+        rules_of: Rules,
+        parker: Parker | None,
+    ) -> None:
+        super().__init__(broker, launcher, record, log, rules_of, parker)
+        self._waking: set[int] = set()  # parked people's grant keys: they want their GPUs
+        self._restoring: set[int] = set()  # grant keys whose restore is under way
+
+    def wake(self, grant: Grant) -> str:
+        """A parked person wants their GPUs back. Where their server is now: "resident",
+        "restoring", or "parked" (its GPUs are still lent, or hold too little memory)."""
+        if grant.key in self._restoring:
+            return "restoring"
+        if not grant.parked:
+            return "resident"
+        if grant.key not in self._waking:
+            self._waking.add(grant.key)
+            self.log.info("gpuspawner: %s wakes", grant.holder.name)
+        self._restore_parked()
+        return "restoring" if grant.key in self._restoring else "parked"
+
+    def residency(self, key: int) -> str:
+        grant = self.broker.grant_of(key)
+        if key in self._restoring:
+            return "restoring"
+        return "parked" if grant is not None and grant.parked else "resident"
+
+    def _restore_parked(self) -> None:
+        if self.parker is None:
+            return
+        parked = [g for g in self.broker.pool.grants() if g.parked and not g.stopping]
+        people = [g for g in parked if g.key in self._waking]
+        self._make_way_for(people)
+        jobs = [
+            g
+            for g in parked
+            if g.holder.job
+            and (job := self._by_server(g.holder.user_id, g.holder.server)) is not None
+            and job.state is JobState.PARKED
+        ]
+        taken: set[str] = set()
+        for grant in (*people, *jobs):
+            units = {u.id for u in grant.units}
+            if grant.key in self._restoring or units & taken or self.parker.waits_for(grant):
+                continue
+            taken |= units
+            self._restoring.add(grant.key)
+            self._spawn(self._restore(grant))
+
+    def _make_way_for(self, people: list[Grant]) -> None:
+        """The running jobs lent a waking person's GPUs give way to them."""
+        pool = self.broker.pool
+        for person in people:
+            for unit in person.units:
+                lent = pool.holder_of(unit.id)
+                job = lent and self._by_server(lent.holder.user_id, lent.holder.server)
+                if job and job.state is JobState.RUNNING and job.id not in self._parking:
+                    self._give_way(job, person.holder, "return")
+
+    async def _restore(self, grant: Grant) -> None:
+        assert self.parker is not None
+        try:
+            back = await self.parker.restore(grant)
+        except RestoreFailed as failure:
+            self._waking.discard(grant.key)
+            self._restore_failed(grant, failure)
+            return
+        finally:
+            self._restoring.discard(grant.key)
+        if not back:
+            return
+        self._waking.discard(grant.key)
+        job = self._by_server(grant.holder.user_id, grant.holder.server)
+        if job is not None and job.state is JobState.PARKED:
+            self._event(job, Event.RESTORED, reason="")
+
+    def _restore_failed(self, grant: Grant, failure: RestoreFailed) -> None:
+        holder = grant.holder
+        self.log.error("gpuspawner: %s: %s", holder.name, failure)
+        job = self._by_server(holder.user_id, holder.server)
+        if job is not None:
+            self._finish(job, Event.RESTORE_FAILED, words.restore_failed(failure))
+            return
+        self._spawn(self._stop_person(grant, f"{failure}"))
+
+    async def _stop_person(self, grant: Grant, reason: str) -> None:
+        holder = grant.holder
+        try:
+            spawner = self.launcher.user(holder.user_id).spawners.get(holder.server)
+            if spawner is not None:
+                spawner.note_stop(self.broker.clock(), reason)
+            await self.launcher.stop(holder.user_id, holder.server)
+        except Exception:
+            self.log.exception("gpuspawner: stopping %s failed", holder.name)
+
+    def forget_waking(self, key: int) -> None:
+        self._waking.discard(key)
