@@ -9,6 +9,7 @@ from selenium import webdriver
 from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.chrome.options import Options
 from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
 
 FLAGS = [
     "--headless=new",
@@ -41,7 +42,6 @@ def chromium() -> webdriver.Chrome:
 
 
 def log_in(driver: webdriver.Chrome, hub_url: str, user: str, password: str) -> None:
-    from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
     driver.get(f"{hub_url}/hub/login")
@@ -50,6 +50,12 @@ def log_in(driver: webdriver.Chrome, hub_url: str, user: str, password: str) -> 
     driver.find_element(By.ID, "login_submit").click()
     # Logged in once the hub has answered the form: a page asked for sooner may find no cookie.
     WebDriverWait(driver, 30).until(lambda d: "/hub/login" not in d.current_url)
+
+
+def text_of(driver: webdriver.Chrome, css: str) -> str:
+    """The text of the first element `css` finds, if it is shown; else ""."""
+    found = driver.find_elements(By.CSS_SELECTOR, css)
+    return found[0].text if found and found[0].is_displayed() else ""
 
 
 def screenshot_for_docs(driver: webdriver.Chrome, name: str) -> Path:

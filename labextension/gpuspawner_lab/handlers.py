@@ -19,27 +19,17 @@ from __future__ import annotations
 import json
 import os
 import posixpath
-from collections.abc import Mapping
 from typing import Any
-from urllib.parse import quote
 
 from jupyter_server.base.handlers import APIHandler
 from jupyter_server.utils import url_path_join
 from tornado import web
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError
 
+from .hub_urls import lease_url
+
 HUB_TIMEOUT_SECONDS = 10
 JOB_SERVER_PREFIX = "job-"
-
-
-def lease_url(environ: Mapping[str, str]) -> str | None:
-    """The hub's URL for this server's lease, from the variables the hub gives each server."""
-    api, user = environ.get("JUPYTERHUB_API_URL"), environ.get("JUPYTERHUB_USER")
-    if not api or not user:
-        return None
-    server = environ.get("JUPYTERHUB_SERVER_NAME", "")
-    where = f"servers/{quote(server, safe='')}" if server else "server"
-    return f"{api.rstrip('/')}/users/{quote(user, safe='')}/{where}/gpu-lease"
 
 
 class LeaseHandler(APIHandler):

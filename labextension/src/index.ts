@@ -40,8 +40,15 @@ interface IWarning {
   says: string;
 }
 
+interface IResidency {
+  state: 'resident' | 'parked' | 'restoring';
+  lent: boolean; // parked, and a job runs on its GPU meanwhile
+  says: string;
+}
+
 interface ILease {
   summary: string;
+  residency?: IResidency;
   profile: { slug: string; display_name: string } | null;
   gpus: IGPU[];
   limits: ILimit[];
@@ -78,7 +85,25 @@ function details(lease: ILease): string[] {
     const name = gpu.name ?? `GPU ${gpu.index}`;
     lines.push(`${name}: ${gpu.label ?? gpu.model}, ${gpu.uuid}`);
   }
+  if (lease.residency?.says) {
+    lines.push(lease.residency.says);
+  }
   return lines.concat(lease.limits.map(limit => limit.says));
+}
+
+/** Where the server's GPU work is, in front of the summary: parked work waits in host memory
+ * while a job runs on the GPU (docs/parking.md). */
+function residencyLabel(lease: ILease): string {
+  switch (lease.residency?.state) {
+    case 'parked':
+      return lease.residency.lent
+        ? 'GPU parked (a job runs on it meanwhile) · '
+        : 'GPU parked · ';
+    case 'restoring':
+      return 'GPU restoring · ';
+    default:
+      return '';
+  }
 }
 
 /** The status bar item: the summary, and every detail on click. */
@@ -97,7 +122,7 @@ class LeaseItem extends Widget {
       this.hide();
       return;
     }
-    this.node.textContent = lease.summary;
+    this.node.textContent = residencyLabel(lease) + lease.summary;
     this.node.title = details(lease).join('\n');
     this.toggleClass('jp-gpuspawner-warning', lease.warning !== null);
     this.show();

@@ -9,7 +9,7 @@ import re
 
 import pytest
 import requests
-from browser import STALE, log_in
+from browser import STALE, log_in, text_of
 from realhub import PASSWORD, Hub
 from selenium.common.exceptions import TimeoutException
 from selenium.webdriver.common.by import By
@@ -77,11 +77,6 @@ def test_a_servers_token_reads_its_own_lease_and_no_one_elses(hub: Hub):
     assert hub.visible_devices("alice") == uuid
     [request] = hub.container_of("alice").attrs["HostConfig"]["DeviceRequests"]
     assert request["DeviceIDs"] == [uuid]
-
-
-def text_of(driver, css: str) -> str:
-    found = driver.find_elements(By.CSS_SELECTOR, css)
-    return found[0].text if found and found[0].is_displayed() else ""
 
 
 def lease_shown(driver) -> str:

@@ -3,16 +3,26 @@ whose CUDA process the driver can park gives way to a person's start at once, lo
 nothing (no SIGTERM, no second attempt), and goes on on the same GPU when the person
 leaves; a job the driver cannot park (no CUDA process, or a refusal) gives way by SIGTERM
 as without parking; a refused restore stops the job with the reason, its files kept; a
-bad parking config stops the hub with one line.
+person's server idle past its GPU-idle limit is parked, its GPU runs a job meanwhile, and
+it comes back on a wake (the lease API, a new process on its GPU, a cell run in
+JupyterLab); parked past max_parked, it stops; after a hub kill -9 the driver says what
+is parked; a bad parking config stops the hub with one line.
 """
 
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
-from jobkit import TRAIN, checkpoints, job, put, read, submit, wait_state
-from realhub import LIGHT_SERVER, Hub
+from browser import STALE, log_in, text_of
+from jobkit import TRAIN, checkpoints, job, notebook, put, read, submit, wait_state
+from realhub import LIGHT_SERVER, PASSWORD, Hub
+from selenium.common.exceptions import TimeoutException
+from selenium.webdriver.common.action_chains import ActionChains
+from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
+from selenium.webdriver.support.ui import WebDriverWait
 
 CONFIG = """
 c.GPUSpawner.simulate_gpus = 1
@@ -29,6 +39,8 @@ c.GPUSpawner.profiles = [
 c.GPUSpawner.default_limits = {{"max_jobs": 0}}
 c.GPUSpawner.group_limits = {{
     "people": {{"max_wait": 900}},
+    "lunchers": {{"max_wait": 900, "gpu_idle_timeout": 3}},
+    "sleepers": {{"gpu_idle_timeout": 2, "max_parked": 4}},
     "trainers": {{"max_jobs": 2, "preempt_grace": 5}},
 }}
 """
@@ -38,7 +50,8 @@ GIB = 2**30
 @pytest.fixture(scope="module")
 def hub(hub_factory, load_file) -> Hub:
     hub = hub_factory(CONFIG.format(load=str(load_file), light=LIGHT_SERVER))
-    hub.add_users("bob", "alice", groups={"trainers": ["bob"], "people": ["alice"]})
+    groups = {"trainers": ["bob"], "people": ["alice"], "lunchers": ["carol", "erin"]}
+    hub.add_users("bob", "alice", "carol", "dave", "erin", groups=groups | {"sleepers": ["dave"]})
     put(hub, "bob", "train.py", TRAIN)
     return hub
 
@@ -63,8 +76,10 @@ def running_on_gpu(hub: Hub, load_file, memory_gib: int = 20, **process) -> tupl
 
 
 def cancel(hub: Hub, running: dict) -> None:
+    """The job cancelled, and its GPU back in the pool for the next test."""
     hub.api("DELETE", f"/users/bob/gpu-jobs/{running['id']}")
     wait_state(hub, "bob", running["id"], "cancelled", "failed")
+    hub.wait_for(lambda: set(hub.gpu_states().values()) == {"free"}, 90, "the job's GPU back")
 
 
 def test_a_job_is_parked_for_a_persons_start_and_goes_on_when_they_leave(hub, load_file):
@@ -158,6 +173,108 @@ def test_a_refused_restore_stops_the_job_with_the_reason_and_keeps_its_files(hub
     hub.wait_for(
         lambda: hub.gpu_states() == {uuid: "free"}, timeout=90, what="its GPU back, once gone"
     )
+    load_file.write_text("{}")
+
+
+def outputs(driver) -> str:
+    """What the notebook's cells printed, all of it."""
+    return "\n".join(o.text for o in driver.find_elements(By.CSS_SELECTOR, ".jp-OutputArea"))
+
+
+def residency(hub: Hub, user: str) -> str:
+    response = hub.api("GET", f"/users/{user}/server/gpu-lease")
+    response.raise_for_status()
+    return response.json()["residency"]["state"]
+
+
+def wait_residency(hub: Hub, user: str, state: str, timeout: float = 60) -> None:
+    hub.wait_for(lambda: residency(hub, user) == state, timeout, f"{user}'s server {state}")
+
+
+def person_on_gpu(hub: Hub, load_file, user: str, profile="light-1") -> tuple[str, dict]:
+    """`user`'s server, with a CUDA process of 10 GiB on its GPU that has gone idle."""
+    hub.spawn_ready(user, profile=profile)
+    [uuid] = hub.held_by(user)
+    kernel = {"container": hub.container_of(user).name, "memory_gib": 10}
+    load = {"memory_used_gib": 10, "utilization_percent": 0, "processes": [kernel]}
+    load_file.write_text(json.dumps({uuid: load}))
+    return uuid, load
+
+
+def test_an_idle_persons_gpu_runs_a_job_meanwhile_and_comes_back_when_they_return(hub, load_file):
+    uuid, load = person_on_gpu(hub, load_file, "carol")
+    wait_residency(hub, "carol", "parked")  # past gpu_idle_timeout: parked, not stopped
+    assert hub.server_model("carol")["ready"] and hub.gpu_states() == {uuid: "free"}
+
+    submitted = submit(hub, "bob", profile="gpu-1", script="train.py")
+    running = wait_state(hub, "bob", submitted["id"], "running")  # on carol's GPU, lent
+    assert running["gpus"] == [uuid]
+    job_process = {"container": hub.container_of("bob", running["server"]).name, "memory_gib": 20}
+    load |= {"memory_used_gib": 30, "processes": [*load["processes"], job_process]}
+    load_file.write_text(json.dumps({uuid: load}))
+    hub.wait_for(
+        lambda: job(hub, "bob", running["id"])["gpu_use"][0]["memory_used_bytes"] == 20 * GIB,
+        what="the job's process seen on the lent GPU",
+    )
+
+    woken = hub.api("POST", "/users/carol/server/gpu-lease/wake")  # a cell is about to run
+    assert woken.status_code == 200, woken.text
+    assert woken.json()["residency"]["state"] in ("parked", "restoring")
+    wait_residency(hub, "carol", "resident")
+    parked = wait_state(hub, "bob", running["id"], "parked")
+    assert "carol's return" in parked["reason"] and hub.held_by("carol") == [uuid]
+
+    wait_residency(hub, "carol", "parked")  # idle again: the job goes on on her GPU
+    assert wait_state(hub, "bob", running["id"], "running")["attempts"] == 1
+
+    terminal = {"container": hub.container_of("carol").name, "name": "train"}
+    load |= {"utilization_percent": 50, "processes": [*load["processes"], terminal]}
+    load_file.write_text(json.dumps({uuid: load}))  # `python train.py` in her terminal
+    wait_residency(hub, "carol", "resident")
+    wait_state(hub, "bob", running["id"], "parked")
+
+    hub.stop_server("carol")
+    wait_state(hub, "bob", running["id"], "running")
+    cancel(hub, running)
+    load_file.write_text("{}")
+
+
+def test_a_server_parked_past_max_parked_is_stopped_its_files_kept(hub, load_file):
+    person_on_gpu(hub, load_file, "dave")
+    wait_residency(hub, "dave", "parked")
+    hub.wait_for(lambda: hub.server_model("dave") is None, 60, "dave's parked server stopped")
+    assert "the longest a server stays parked (max_parked of group sleepers)" in hub.log()
+    load_file.write_text("{}")
+
+
+def test_in_jupyterlab_a_cell_run_in_a_parked_server_brings_its_gpu_back_first(
+    hub, load_file, browser
+):
+    put(hub, "erin", "wake.ipynb", notebook("print(6 * 7)"))
+    person_on_gpu(hub, load_file, "erin", profile="gpu-1")  # the notebook image: JupyterLab
+    wait_residency(hub, "erin", "parked")
+    log_in(browser, hub.url, "erin", PASSWORD)
+    browser.get(f"{hub.url}/user/erin/lab/tree/wake.ipynb")
+    wait = WebDriverWait(browser, 90, poll_frequency=0.5, ignored_exceptions=STALE)
+    wait.until(lambda d: text_of(d, "#gpuspawner-lease").startswith("GPU parked · 1 GPU"))
+    wait.until(lambda d: "| Idle" in text_of(d, "#jp-main-statusbar"))  # its kernel is up
+
+    editor = wait.until(lambda d: d.find_element(By.CSS_SELECTOR, ".jp-CodeCell .cm-content"))
+    editor.click()
+    ActionChains(browser).key_down(Keys.SHIFT).send_keys(Keys.ENTER).key_up(Keys.SHIFT).perform()
+    try:
+        output = wait.until(lambda d: "42" in (text := outputs(d)) and text)
+    except TimeoutException:
+        ours = [line for line in hub.log().splitlines() if "gpuspawner" in line]
+        browser.save_screenshot("/tmp/wake.png")
+        pytest.fail(
+            f"the cell shows {outputs(browser)!r}; erin is {residency(hub, 'erin')}; "
+            "the hub said:\n" + "\n".join(ours[-15:])
+        )
+    assert "Your GPU work was parked while your GPU was idle; bringing it back" in output
+    assert re.search(r"Restored in \d+ s; the cell runs\.", output), output
+    assert output.index("Restored in") < output.index("42")  # back before the cell ran
+    hub.stop_server("erin")
     load_file.write_text("{}")
 
 
