@@ -76,6 +76,11 @@ def pool_report(
                 "state": states[unit.id].value,
                 "health": pool.unhealthy_reason(unit.id),
                 "holder": holder,
+                "parked": [  # whose GPU work waits in host memory, to come back on this unit
+                    {"user": now.user, "server": now.server, "job": g.holder.job}
+                    for g in pool.bound_to(unit.id)
+                    for now in (holder_now(g),)
+                ],
                 "used_outside_hub_by": pool.external_user(unit.id),
                 "telemetry": asdict(sample) if sample else None,
             }

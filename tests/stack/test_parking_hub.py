@@ -94,6 +94,10 @@ def test_a_job_is_parked_for_a_persons_start_and_goes_on_when_they_leave(hub, lo
     assert hub.container_of("bob", running["server"]).status == "running"  # nothing stopped
     gpu = hub.pool()["gpus"][0]
     assert gpu["telemetry"]["memory_used_bytes"] == 0  # NVML: its memory left the GPU
+    assert gpu["holder"]["user"] == "alice"
+    assert gpu["parked"] == [{"user": "bob", "server": running["server"], "job": True}]
+    page = hub.login("admin").get(f"{hub.url}/hub/gpus", timeout=30).text
+    assert f"parked: bob / {running['server']} (job)" in page
     assert "parked" in hub.log() and checkpoints(hub) == saved  # no SIGTERM
     assert hub.metrics()[("gpuspawner_parked_bytes", ())] == 20 * GIB
 
@@ -236,6 +240,19 @@ def test_an_idle_persons_gpu_runs_a_job_meanwhile_and_comes_back_when_they_retur
     hub.stop_server("carol")
     wait_state(hub, "bob", running["id"], "running")
     cancel(hub, running)
+    load_file.write_text("{}")
+
+
+def test_a_persons_start_that_needs_a_parked_persons_gpu_stops_that_server(hub, load_file):
+    person_on_gpu(hub, load_file, "carol")
+    wait_residency(hub, "carol", "parked")
+    hub.spawn_ready("alice", profile="light-1")  # no other GPU: carol's server stops for her
+    assert hub.server_model("carol") is None
+    says = "its GPU was needed for alice's start while it was parked (its GPU idle)"
+    assert f"gpuspawner: stopping parked carol: {says}" in hub.log()
+    spawn_page = hub.login("carol").get(f"{hub.url}/hub/spawn", timeout=30).text
+    assert "was stopped at" in spawn_page and "needed for alice" in spawn_page
+    hub.stop_server("alice")
     load_file.write_text("{}")
 
 

@@ -165,7 +165,7 @@ class JobBoard(Restoring):
         job = self._by_server(*where)
         if self.parker is not None:
             self.parker.forget(grant.key)
-        self.forget_waking(grant.key)
+        self.forget_server(grant.key)
         if job is not None and job.state is JobState.GIVING_WAY:
             self._event(job, Event.ENDED, ended=None, preemptions=job.preemptions + 1)
             self._waiting_since[job.id] = now

@@ -40,25 +40,35 @@ class GivingWay(JobBooks):
         super().__init__(broker, launcher, record, log)
         self.rules_of, self.parker = rules_of, parker
         self._parking: dict[int, frozenset[str]] = {}  # job id → its units, while parking
+        self._evicting: set[int] = set()  # parked people's grant keys, stopped for a start
+        self._waking: set[int] = set()  # parked people's grant keys: they want their GPUs
+        self._restoring: set[int] = set()  # grant keys whose restore is under way (`restoring`)
 
     def parked_bytes(self) -> int:
         """Host memory that parked jobs' GPU work holds now."""
         return self.parker.parked_bytes() if self.parker is not None else 0
 
     def _make_way(self) -> None:
-        """For each person's start short of GPUs, in line order, the jobs that give way. What
-        already frees up counts, and what a start ahead will take is not counted twice."""
+        """For each person's start short of GPUs, in line order, the jobs that give way; and
+        where that is not enough, the parked people whose GPUs it needs are stopped (their
+        files kept), those parked longest first. What already frees up counts, and what a
+        start ahead will take is not counted twice. A parked person's GPUs are never another
+        person's otherwise: they are claimed from the start."""
         pool = self.broker.pool
         freed = frozenset(u.id for g in pool.grants() if g.stopping for u in g.units)
         freed |= frozenset().union(*self._parking.values())
-        claimed: frozenset[str] = frozenset()
+        parked = self._parked_people()
+        claimed = frozenset(
+            u.id
+            for g in pool.grants()
+            if g.parked and not g.holder.job and not g.stopping and g.key not in self._evicting
+            for u in g.units
+        )
         for entry in reading.people_short_of_gpus(self.broker.line):
             found = self.rules_of(entry.holder.user_id)
-            if found is None or not found[1].preempts:
-                continue
             request = entry.request
             taken = pool.would_take(request, freed, claimed)
-            if taken is None:
+            if taken is None and found is not None and found[1].preempts:
                 chosen = giving_way(
                     self._running_jobs(),
                     self._fits_with(request, freed, claimed),
@@ -69,7 +79,65 @@ class GivingWay(JobBooks):
                     self._give_way(self._jobs[victim.key], entry.holder)
                     freed |= victim.units
                 taken = pool.would_take(request, freed, claimed) if chosen else None
+            if taken is None and parked:
+                claimed, taken = self._stop_parked_for(
+                    entry.holder, request, freed, claimed, parked
+                )
             claimed |= taken or frozenset()
+
+    def _parked_people(self) -> list[Grant]:
+        """People's parked servers whose GPUs no job is lent, parked longest first."""
+        pool, parker = self.broker.pool, self.parker
+        if parker is None:
+            return []
+        people = [
+            g
+            for g in pool.grants()
+            if g.parked
+            and not g.holder.job
+            and not g.stopping
+            and not any(pool.holder_of(u.id) for u in g.units)
+        ]
+        people = [g for g in people if g.key not in self._evicting]
+        return sorted(people, key=lambda g: parker.since(g.key) or 0.0)
+
+    def _stop_parked_for(
+        self,
+        to: Holder,
+        request: Request,
+        freed: frozenset[str],
+        claimed: frozenset[str],
+        parked: list[Grant],
+    ) -> tuple[frozenset[str], frozenset[str] | None]:
+        """The fewest of `parked`, longest parked first, whose GPUs let `request` start: they
+        are stopped and leave `parked`. The claimed units without theirs, and what the start
+        will take."""
+        pool, opened = self.broker.pool, frozenset[str]()
+        for count, grant in enumerate(parked, 1):
+            opened |= {u.id for u in grant.units}
+            taken = pool.would_take(request, freed, claimed - opened)
+            if taken is not None:
+                reason = words.parked_and_needed(server_name(to.user, to.server))
+                for person in parked[:count]:
+                    self.log.warning(
+                        "gpuspawner: stopping parked %s: %s", person.holder.name, reason
+                    )
+                    self._evicting.add(person.key)
+                    self._spawn(self._stop_person(person, reason))
+                del parked[:count]
+                return claimed - opened, taken
+        return claimed, None
+
+    async def _stop_person(self, grant: Grant, reason: str) -> None:
+        """Stop a person's server with the reason its user reads on their next spawn page."""
+        holder = grant.holder
+        try:
+            spawner = self.launcher.user(holder.user_id).spawners.get(holder.server)
+            if spawner is not None:
+                spawner.note_stop(self.broker.clock(), reason)
+            await self.launcher.stop(holder.user_id, holder.server)
+        except Exception:
+            self.log.exception("gpuspawner: stopping %s failed", holder.name)
 
     def _fits_with(
         self, request: Request, freed: frozenset[str], claimed: frozenset[str]

@@ -10,32 +10,14 @@ lent them). A restore the driver refuses stops that server or job, files kept.
 
 from __future__ import annotations
 
-import logging
-
 from ...core.jobs import Event, JobState
 from ...core.pool import Grant
-from ...records.jobs import JobRecord
-from ..broker import Broker
-from ..parking import Parker, RestoreFailed
+from ..parking import RestoreFailed
 from . import words
-from .giving_way import GivingWay, Rules
-from .launch import Launcher
+from .giving_way import GivingWay
 
 
 class Restoring(GivingWay):
-    def __init__(
-        self,
-        broker: Broker,
-        launcher: Launcher,
-        record: JobRecord,
-        log: logging.Logger,
-        rules_of: Rules,
-        parker: Parker | None,
-    ) -> None:
-        super().__init__(broker, launcher, record, log, rules_of, parker)
-        self._waking: set[int] = set()  # parked people's grant keys: they want their GPUs
-        self._restoring: set[int] = set()  # grant keys whose restore is under way
-
     def wake(self, grant: Grant) -> str:
         """A parked person wants their GPUs back. Where their server is now: "resident",
         "restoring", or "parked" (its GPUs are still lent, or hold too little memory)."""
@@ -113,15 +95,7 @@ class Restoring(GivingWay):
             return
         self._spawn(self._stop_person(grant, f"{failure}"))
 
-    async def _stop_person(self, grant: Grant, reason: str) -> None:
-        holder = grant.holder
-        try:
-            spawner = self.launcher.user(holder.user_id).spawners.get(holder.server)
-            if spawner is not None:
-                spawner.note_stop(self.broker.clock(), reason)
-            await self.launcher.stop(holder.user_id, holder.server)
-        except Exception:
-            self.log.exception("gpuspawner: stopping %s failed", holder.name)
-
-    def forget_waking(self, key: int) -> None:
+    def forget_server(self, key: int) -> None:
+        """Its container is gone: it neither wakes nor is stopped any more."""
         self._waking.discard(key)
+        self._evicting.discard(key)

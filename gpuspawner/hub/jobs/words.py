@@ -79,6 +79,13 @@ def parked_for(to: str, why: str, now: float) -> str:
     )
 
 
+def parked_and_needed(to: str) -> str:
+    return (
+        f"its GPU was needed for {to}'s start while it was parked (its GPU idle), and no "
+        "other GPU was free"
+    )
+
+
 def parked_while_away() -> str:
     return (
         "Parked while the hub restarted: its GPU work waits in host memory, and goes on "
