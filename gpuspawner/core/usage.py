@@ -5,6 +5,9 @@ when (None while it runs), charged to which group, and how many of its held
 seconds the GPUs were busy. From records come the figures the queue, budgets
 and reports need:
 
+Parked time (a grant's work in host memory while its GPUs run a job) is held but not
+charged: recent use and budgets count resident GPU-time, reports show what was held.
+
 - recent use with a half-life (`decayed_gpu_hours`), as Slurm's fair-share
   factor decays past usage (`PriorityDecayHalfLife`, 7 days by default): a
   GPU-hour used a half-life ago counts half;
@@ -35,9 +38,20 @@ class UsageRecord:
     start: float
     end: float | None = None  # None: still held
     busy_seconds: float = 0.0  # of the held time, seconds the GPUs were busy
+    parked_seconds: float = 0.0  # of the held time, seconds its work was parked (docs/parking.md)
 
     def held_seconds(self, now: float) -> float:
         return max(0.0, (self.end if self.end is not None else now) - self.start)
+
+    def resident_gpus(self, now: float) -> float:
+        """The GPU-equivalents it is charged for: what it held, times the share of the held
+        time its work was on them, not parked (while parked, its GPUs may run a job, which
+        is charged for them). The ledger keeps one parked figure per grant, so that share
+        is spread evenly over its time."""
+        held = self.held_seconds(now)
+        if not held or not self.parked_seconds:
+            return self.gpus
+        return self.gpus * max(0.0, 1.0 - self.parked_seconds / held)
 
 
 def decayed_gpu_hours(
@@ -52,18 +66,20 @@ def decayed_gpu_hours(
             continue
         # ∫ gpus · e^(-rate·(now - t)) dt over [start, end], in hours
         weight = (math.exp(-rate * (now - end)) - math.exp(-rate * (now - record.start))) / rate
-        used[record.user_id] = used.get(record.user_id, 0.0) + record.gpus * weight / HOUR
+        used[record.user_id] = used.get(record.user_id, 0.0) + (
+            record.resident_gpus(now) * weight / HOUR
+        )
     return used
 
 
 def gpu_hours_between(records: Iterable[UsageRecord], since: float, now: float) -> float:
-    """GPU-hours the records held between `since` and `now`."""
+    """GPU-hours the records held between `since` and `now`, their parked time left out."""
     total = 0.0
     for record in records:
         start = max(record.start, since)
         end = min(record.end if record.end is not None else now, now)
         if end > start:
-            total += record.gpus * (end - start) / HOUR
+            total += record.resident_gpus(now) * (end - start) / HOUR
     return total
 
 

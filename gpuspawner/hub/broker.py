@@ -272,7 +272,8 @@ class Broker:
         for key, verdict in busy.items():
             self._idle.update(key, verdict, now)
         if self._ledger is not None:
-            self._ledger.seen(now, dict(busy))
+            parked = [g.key for g in self._pool.grants() if g.parked]
+            self._ledger.seen(now, dict(busy), parked)
 
     def forget_usage_before(self, moment: float) -> None:
         if self._ledger is not None:

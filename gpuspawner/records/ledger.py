@@ -17,6 +17,7 @@ from __future__ import annotations
 import errno
 import sqlite3
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from pathlib import Path
 
 from ..core.pool import Grant
@@ -34,11 +35,14 @@ CREATE TABLE IF NOT EXISTS grants (
     end REAL,
     last_seen REAL NOT NULL,
     busy_seconds REAL NOT NULL DEFAULT 0,
+    parked_seconds REAL NOT NULL DEFAULT 0,
     PRIMARY KEY (spawner_id, start)
 );
 CREATE INDEX IF NOT EXISTS grants_by_end ON grants (end);
 """
-COLUMNS = "user_id, user, server, quota_group, gpus, start, end, busy_seconds"
+COLUMNS = "user_id, user, server, quota_group, gpus, start, end, busy_seconds, parked_seconds"
+# What gpuspawner 0.2's ledgers lack, and the column each gets (a read-only reader reads 0).
+ADDED_COLUMNS = {"parked_seconds": "REAL NOT NULL DEFAULT 0"}
 SAME_START = 1.0  # seconds: container labels keep a grant's start to the millisecond
 
 
@@ -64,6 +68,12 @@ class Ledger:
         self._db = sqlite3.connect(self.path, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.executescript(SCHEMA)
+        for column, kind in ADDED_COLUMNS.items():
+            if column not in self._columns():
+                self._db.execute(f"ALTER TABLE grants ADD COLUMN {column} {kind}")
+
+    def _columns(self) -> set[str]:
+        return {row[1] for row in self._db.execute("PRAGMA table_info(grants)")}
 
     def close(self) -> None:
         self._db.close()
@@ -117,9 +127,10 @@ class Ledger:
             (at, at, spawner_id),
         )
 
-    def seen(self, now: float, busy: Mapping[int, bool | None]) -> None:
+    def seen(self, now: float, busy: Mapping[int, bool | None], parked: Iterable[int] = ()) -> None:
         """A monitor tick: every open grant held until `now`; the time since its last tick
-        counts as busy where its GPUs were busy now (unknown counts as not busy)."""
+        counts as busy where its GPUs were busy now (unknown counts as not busy), and as
+        parked where its work is parked now."""
         with self._db:
             self._db.execute("BEGIN")
             busy_keys = [key for key, is_busy in busy.items() if is_busy]
@@ -127,6 +138,11 @@ class Ledger:
                 "UPDATE grants SET busy_seconds = busy_seconds + max(0, ? - last_seen) "
                 "WHERE spawner_id = ? AND end IS NULL",
                 [(now, key) for key in busy_keys],
+            )
+            self._db.executemany(
+                "UPDATE grants SET parked_seconds = parked_seconds + max(0, ? - last_seen) "
+                "WHERE spawner_id = ? AND end IS NULL",
+                [(now, key) for key in parked],
             )
             self._db.execute("UPDATE grants SET last_seen = ? WHERE end IS NULL", (now,))
 
@@ -143,12 +159,13 @@ class Ledger:
                 f"SELECT spawner_id, {COLUMNS}, last_seen FROM grants WHERE end IS NULL"
             ).fetchall()
             gone = []
-            for key, user_id, user, server, group, gpus, start, _, busy, last_seen in rows:
+            for key, *columns, last_seen in rows:
                 if key in keep:
                     continue
+                found = UsageRecord(*columns)
                 end = stopped_at.get(key, last_seen)
-                end = end if end >= start else last_seen  # a stop before it began: not its own
-                record = UsageRecord(user_id, user, server, group, gpus, start, end, busy)
+                end = end if end >= found.start else last_seen  # a stop before it began
+                record = replace(found, end=end)
                 gone.append((key, record))
             self._db.executemany(
                 "UPDATE grants SET end = ?, last_seen = ? WHERE spawner_id = ? AND end IS NULL",
@@ -172,7 +189,9 @@ class Ledger:
         return self._db.execute("DELETE FROM grants WHERE end < ?", (moment,)).rowcount
 
     def _select(self, where: str, params: tuple[object, ...]) -> list[UsageRecord]:
+        have = self._columns()
+        columns = ", ".join(c if c in have else "0" for c in COLUMNS.split(", "))
         rows = self._db.execute(
-            f"SELECT {COLUMNS} FROM grants WHERE {where} ORDER BY start", params
+            f"SELECT {columns} FROM grants WHERE {where} ORDER BY start", params
         ).fetchall()
         return [UsageRecord(*row) for row in rows]

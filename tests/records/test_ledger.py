@@ -1,11 +1,13 @@
 """The usage ledger keeps every grant through restarts and crashes, and nothing forever."""
 
+import sqlite3
+
 import pytest
 
 from gpuspawner.core.pool import Grant, Holder
 from gpuspawner.core.units import bare
-from gpuspawner.core.usage import UsageRecord
-from gpuspawner.records.ledger import Ledger
+from gpuspawner.core.usage import UsageRecord, decayed_gpu_hours, gpu_hours_between
+from gpuspawner.records.ledger import SCHEMA, Ledger
 
 ANN = Holder(1, 10, "ann", "train")
 BOB = Holder(2, 11, "bob")
@@ -127,3 +129,30 @@ def test_recovery_asks_docker_about_stops_since_the_oldest_last_look_at_an_open_
     assert ledger.last_seen_open() == 1500  # ann's last look; bob's (1600) is later
     ledger.ended(ANN.spawner_id, 1700)
     assert ledger.last_seen_open() == 1600
+
+
+def test_parked_time_is_held_but_budgets_and_the_line_count_only_resident_time(path):
+    ledger = Ledger(path)
+    ledger.opened(grant(), gpus=2)
+    ledger.seen(1600, {ANN.spawner_id: True})  # ten minutes on its GPUs
+    ledger.seen(2200, {ANN.spawner_id: False}, parked=[ANN.spawner_id])  # ten parked
+    ledger.ended(ANN.spawner_id, 2200)
+    [record] = ledger.records(since=0)
+    assert (record.held_seconds(2200), record.parked_seconds) == (1200, 600)
+    assert gpu_hours_between([record], since=0, now=2200) == pytest.approx(2 * 600 / 3600)
+    assert decayed_gpu_hours([record], 2200, half_life=1e12)[10] == pytest.approx(2 / 6)
+
+
+def test_a_ledger_of_gpuspawner_0_2_gets_the_parked_column_and_old_readers_read_0(path):
+    old = sqlite3.connect(path)
+    old.executescript(SCHEMA.replace("    parked_seconds REAL NOT NULL DEFAULT 0,\n", ""))
+    old.execute(
+        "INSERT INTO grants (spawner_id, user_id, user, server, gpus, start, end, last_seen) "
+        "VALUES (1, 10, 'ann', 'train', 1, 1000, 2000, 2000)"
+    )
+    old.commit()
+    old.close()
+    assert Ledger(path, read_only=True).records(since=0)[0].parked_seconds == 0  # unchanged
+    ledger = Ledger(path)  # the hub's: the column is added, the row kept
+    [record] = ledger.records(since=0)
+    assert (record.user, record.end, record.parked_seconds) == ("ann", 2000, 0)
