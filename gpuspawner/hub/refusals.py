@@ -9,6 +9,8 @@ those, and its own refusals, into JupyterHub's `SpawnException` (`refused_start`
 
 from __future__ import annotations
 
+import logging
+
 from jupyterhub.spawner import SpawnException
 
 from ..core.limits import LimitExceeded
@@ -53,7 +55,23 @@ def not_enough(profile: Profile, short: NotEnoughGPUs) -> str:
 def refused_start(message: str, reason: str, status_code: int) -> SpawnException:
     """A spawn refused before any container: counted, and shown to the user as is."""
     SPAWNS_REFUSED.labels(reason).inc()
-    return failed_start(message, reason, status_code)
+    refusal = failed_start(message, reason, status_code)
+    refusal.refused = True  # for `RefusalsAreNotFaults`
+    return refusal
+
+
+class RefusalsAreNotFaults(logging.Filter):
+    """On the hub's logger: JupyterHub logs a spawn that failed with its traceback, at error.
+    A start gpuspawner refused (bad options, a limit, a job's server started by hand) is
+    the user's to fix, not a fault of the hub: its line stays, at warning, without the
+    traceback of gpuspawner's own `raise` (JupyterHub's next line says why it failed)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        if isinstance(error, SpawnException) and getattr(error, "refused", False):
+            record.exc_info, record.exc_text = None, None
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+        return True
 
 
 def failed_start(message: str, reason: str, status_code: int) -> SpawnException:

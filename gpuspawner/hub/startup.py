@@ -48,6 +48,7 @@ from .monitor import Monitor, Owners
 from .parking import ContainerPids, Parker
 from .reclaimer import Reclaimer
 from .recovery import KnownServers
+from .refusals import RefusalsAreNotFaults
 
 SUPPORTED_MAJOR_VERSIONS = (6,)
 
@@ -188,6 +189,9 @@ async def start_broker(app: Any, spawner_class: Any = None) -> Broker:
     _close_line_at_shutdown(app, broker)
     not_slow = slow_starts.install(app.log, broker.line)
     broker.on_stop(lambda: app.log.removeFilter(not_slow))
+    not_faults = RefusalsAreNotFaults()
+    app.log.addFilter(not_faults)
+    broker.on_stop(lambda: app.log.removeFilter(not_faults))
     metrics.register_once()
     pages.install(app)
     lease_api.install(app)

@@ -75,6 +75,7 @@ def test_a_notebook_job_runs_on_exactly_its_gpus_and_keeps_its_output(hub):
         assert hub.held_uuids("bob", running["server"]) == running["gpus"]
     done = wait_state(hub, "bob", submitted["id"], "done")
     assert done["progress"]["cells"] == {"done": 2, "total": 2}
+    assert 0 <= done["elapsed_seconds"] <= 120  # how long its run took, once it ended
     executed = json.loads(read(hub, "bob", f"{done['outputs']}/train.ipynb"))
     texts = ["".join(o.get("text", "")) for c in executed["cells"] for o in c["outputs"]]
     assert texts == [f"sees {running['gpus'][0]}\n", "total 45\n"]
@@ -88,6 +89,7 @@ def test_a_notebook_job_runs_on_exactly_its_gpus_and_keeps_its_output(hub):
         in (by_hand.json()["message"])
     )
     assert len(free(hub)) == 2 and job(hub, "bob", submitted["id"])["state"] == "done"
+    assert "raise refused_start(" not in hub.log()  # a refusal, not a fault: no traceback
 
 
 def test_a_failed_notebook_job_keeps_its_error_and_gives_its_gpu_back(hub):

@@ -31,9 +31,7 @@ def job_view(job: Job, jobs: JobBoard, base_url: str) -> dict[str, Any]:
         "submitted": iso_utc(job.submitted),
         "started": iso_utc(job.started),
         "ended": iso_utc(job.ended),
-        "elapsed_seconds": round(broker.clock() - job.started)
-        if running and job.started is not None
-        else None,
+        "elapsed_seconds": _elapsed(job, broker.clock()),
         "attempts": job.attempts,
         "preemptions": job.preemptions,
         "gpus": list(job.gpus),
@@ -52,3 +50,11 @@ def job_view(job: Job, jobs: JobBoard, base_url: str) -> dict[str, Any]:
         "outputs": outputs_of(job.id),
         "url": url_path_join(user_url, job.server, "/") if running else None,
     }
+
+
+def _elapsed(job: Job, now: float) -> int | None:
+    """Seconds its latest attempt has run (while it holds GPUs), or ran (once it ended);
+    None while it waits."""
+    if job.started is None or job.state is JobState.WAITING:
+        return None
+    return round((job.ended if job.final and job.ended is not None else now) - job.started)
