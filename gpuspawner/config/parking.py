@@ -4,7 +4,10 @@ host memory. Checked at hub start (`hub.parking.checkpoint_driver`)."""
 
 from __future__ import annotations
 
-from traitlets import Bool, Enum, HasTraits, Unicode
+import math
+from typing import Any
+
+from traitlets import Bool, Enum, Float, HasTraits, TraitError, Unicode, validate
 
 DRIVERS = ("auto", "cuda", "simulated")
 
@@ -44,3 +47,21 @@ class ParkingSettings(HasTraits):
         simulate_gpus or simulated_host, else cuda. Example:
         `c.GPUSpawner.checkpoint_driver = "cuda"`.""",
     )
+    park_after = Float(
+        600.0,
+        config=True,
+        help="""With parking: seconds a person's GPU must be idle, while a job parked for them
+        waits to come back on it, before their own work is parked and the job goes on.
+        Shorter than the groups' gpu_idle_timeout, so a job does not wait hours behind a
+        notebook left open; the person's work comes back when they run a cell. More than
+        0. Example: `c.GPUSpawner.park_after = 5 * 60`.""",
+    )
+
+    @validate("park_after")
+    def _positive_seconds(self, proposal: Any) -> float:
+        value = proposal.value
+        if not 0 < value < math.inf:
+            raise TraitError(
+                f"c.GPUSpawner.park_after must be a number of seconds > 0, got {value!r}"
+            )
+        return float(value)

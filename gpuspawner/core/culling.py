@@ -119,6 +119,7 @@ class Verdict:
     key: int
     reason: str
     idle: bool = False  # for its gpu_idle_timeout: where parking is on, it is parked instead
+    stops: bool = True  # False: parked where it can be, else left as it is (park_after)
 
 
 def decide(

@@ -93,12 +93,14 @@ class Pool(Books):
         request: Request | int,
         admit: Admission | None = None,
         borrows: bool = True,
+        keep: frozenset[str] = frozenset(),
     ) -> Grant:
         """Take what `request` asks for (a number: whole GPUs) for a server, after `admit`
         (which may raise; a user's `UserLimits.admit`) agrees to its weight. Limits are
         decided before capacity, so a request over a limit is told so even when nothing is
         free. `borrows`: whether it may be lent parked work's GPUs (`_choose_for`); False
-        for a job that cannot be parked, as it could not give them back at once."""
+        for a job that cannot be parked, as it could not give them back at once. `keep`:
+        units it must not be given (a parked person's who wants them back)."""
         if isinstance(request, int):
             request = Request(gpus=request)
         with self._lock:
@@ -107,7 +109,7 @@ class Pool(Books):
                 raise AlreadyHolding(f"{held.holder.name} already holds {held.ids}")
             short: NotEnoughGPUs | None = None
             try:
-                chosen = self._choose_for(request, holder.job, borrows)
+                chosen = self._choose_for(request, holder.job, borrows, keep)
             except NotEnoughGPUs as refusal:
                 chosen, short = (), refusal
             weight = sum((u.weight for u in chosen), Fraction(0))
@@ -160,12 +162,18 @@ class Pool(Books):
             except NotEnoughGPUs:
                 return None
 
-    def _choose_for(self, request: Request, job: bool, borrows: bool = True) -> tuple[Unit, ...]:
+    def _choose_for(
+        self,
+        request: Request,
+        job: bool,
+        borrows: bool = True,
+        keep: frozenset[str] = frozenset(),
+    ) -> tuple[Unit, ...]:
         """Units bound to parked work are lent only when no others will do, and only across
         kinds: a parked job's to a person, a parked person's to a job (which gives way at
-        once, by parking, when they come back)."""
+        once, by parking, when they come back). Never those in `keep`."""
         try:
-            return self._choose(request, claimed=frozenset(self._bound))
+            return self._choose(request, claimed=frozenset(self._bound) | keep)
         except NotEnoughGPUs:
             if not borrows:
                 raise
@@ -174,7 +182,7 @@ class Pool(Books):
                 for unit_id, keys in self._bound.items()
                 if all(self._grants[k].holder.job != job for k in keys)
             }
-            return self._choose(request, claimed=frozenset(self._bound.keys() - lendable))
+            return self._choose(request, claimed=frozenset(self._bound.keys() - lendable) | keep)
 
     def _choose(
         self,

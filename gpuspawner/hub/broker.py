@@ -318,12 +318,17 @@ class Broker:
             raise refused(profile, error) from None
 
     def take_now(
-        self, holder: Holder, request: Request | int, admit: Admission | None = None
+        self,
+        holder: Holder,
+        request: Request | int,
+        admit: Admission | None = None,
+        keep: frozenset[str] = frozenset(),
     ) -> Grant:
         """GPUs now (NotEnoughGPUs, or what `admit` raises, refuses): the one place the
-        pool's units are taken for a server, timed for the allocation histogram."""
+        pool's units are taken for a server, timed for the allocation histogram. `keep`:
+        units not to take (a waking person's, for a job)."""
         with ALLOCATION_SECONDS.time():
-            grant = self._pool.allocate(holder, request, admit)
+            grant = self._pool.allocate(holder, request, admit, keep=keep)
         self._idle.forget(grant.key)  # a server stopped and started between two ticks
         if grant.units and self._ledger is not None:
             self._ledger.opened(grant, float(grant.weight))

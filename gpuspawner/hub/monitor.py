@@ -188,10 +188,12 @@ class Monitor:
         if not self.avoid_foreign_processes:
             return {}
         pool = self.broker.pool
+        parked_on = {u.device for u in pool.units if pool.bound_to(u.id)}  # a new process of
+        # parked work is that server's: it wakes it (`reclaimer`), it is not outside use
         return {
             device: f"processes {', '.join(map(str, sample.processes))} outside JupyterHub"
             for device, sample in telemetry.items()
-            if sample.processes and not pool.holders_on(device)
+            if sample.processes and not pool.holders_on(device) and device not in parked_on
         }
 
 

@@ -54,7 +54,7 @@ class RestoreFailed(Exception):
 @dataclass(frozen=True)
 class Parked:
     pids: tuple[int, ...]
-    bytes: int
+    bytes: int | None  # None: not known (read back after a restart): its GPUs must be empty
     since: float
 
 
@@ -66,10 +66,15 @@ class Parker:
         self.executor = ThreadPoolExecutor(1, thread_name_prefix="gpuspawner-parking")
         self._seen: Observation | None = None
         self._parked: dict[int, Parked] = {}  # by grant key
+        self._pending: dict[int, int] = {}  # bytes of work being parked now, by grant key
+        # Work restored since the monitor's last look, which saw it parked (no process):
+        # what it is now is what it was, until the next look.
+        self._restored: dict[int, Parked] = {}
 
     def observed(self, observation: Observation) -> None:
         """The monitor's latest look: which container runs which GPU process."""
         self._seen = observation
+        self._restored.clear()
 
     def parked(self) -> Mapping[int, Parked]:
         return dict(self._parked)
@@ -80,13 +85,14 @@ class Parker:
         return parked.since if parked is not None else None
 
     def parked_bytes(self) -> int:
-        return sum(p.bytes for p in self._parked.values())
+        """Host memory parked work holds, and work being parked will (unknown: none)."""
+        return sum(p.bytes or 0 for p in self._parked.values()) + sum(self._pending.values())
 
     def why_not(self, grant: Grant) -> str:
         """Why the driver cannot park this server's work now; "" where it can."""
         if any(not u.kind.facts.whole for u in grant.units):
             return "it runs on a MIG instance or a shared GPU, which the driver cannot park"
-        pids = processes_of(grant, self._seen, self.broker.hub) if self._seen else None
+        pids = self._pids_of(grant)
         if pids is None:
             return "which processes it runs on its GPUs is not known yet"
         if not pids:
@@ -110,21 +116,25 @@ class Parker:
         reason = self.why_not(grant)
         if reason:
             return reason
-        assert self._seen is not None
-        pids = processes_of(grant, self._seen, self.broker.hub) or ()
+        pids = self._pids_of(grant) or ()
         needs = self._bytes_of(grant)
+        self._pending[grant.key] = needs  # counted against park_memory_limit meanwhile
         try:
             with PARK_SECONDS.time():
                 await self._call(checkpoint.park, self.driver, pids, LOCK_TIMEOUT_MS)
         except CheckpointError as error:
             PARKS.labels("refused").inc()
             return f"the driver refused: {error}"
+        finally:
+            self._pending.pop(grant.key, None)
         PARKS.labels("parked").inc()
         try:
+            if self.broker.grant_of(grant.key) != grant:
+                raise NotParkable("it stopped, or stopped and started again")
             self.broker.parked(grant.key)
-        except (NotParkable, KeyError) as error:  # it ended while the driver worked
-            await self._call(checkpoint.unpark, self.driver, pids)
-            return f"it ended meanwhile ({error})"
+        except NotParkable as error:  # while the driver worked
+            await self._unpark_quietly(pids)
+            return f"it changed meanwhile: {error}"
         self._parked[grant.key] = Parked(pids, needs, self.broker.clock())
         self.log.info(
             "gpuspawner: %s parked (%d GiB of GPU memory, processes %s)",
@@ -133,6 +143,18 @@ class Parker:
             ", ".join(map(str, pids)),
         )
         return ""
+
+    async def _unpark_quietly(self, pids: tuple[int, ...]) -> None:
+        """Bring back work that must not stay parked (its server changed while it was being
+        parked); a refusal is logged: the server ends, or stopped already."""
+        try:
+            await self._call(checkpoint.unpark, self.driver, pids)
+        except CheckpointError as error:
+            self.log.error("gpuspawner: processes %s could not be brought back: %s", pids, error)
+
+    def parking_now(self, key: int) -> bool:
+        """Whether the driver is parking this server's work right now."""
+        return key in self._pending
 
     def waits_for(self, grant: Grant) -> str:
         """Why parked work cannot come back now ("" when it can): its GPUs are lent, or
@@ -145,6 +167,10 @@ class Parker:
         lent = [u.id for u in grant.units if states.get(u.id) is not DeviceState.FREE]
         if lent:
             return f"its GPUs are in use ({', '.join(lent)})"
+        if parked.bytes is None:
+            telemetry = self.broker.telemetry
+            running = [d for d in grant.uuids if getattr(telemetry.get(d), "processes", ())]
+            return f"processes run on its GPUs ({', '.join(running)})" if running else ""
         free = sum(self._free_memory(device) for device in grant.uuids)
         if parked.bytes > free:
             return f"its GPU has {gib(free)} GiB free; its work needs {gib(parked.bytes)} GiB"
@@ -167,6 +193,7 @@ class Parker:
             raise RestoreFailed(f"its GPU work could not be brought back: {error}") from None
         finally:
             self._parked.pop(grant.key, None)
+        self._restored[grant.key] = parked
         self.log.info("gpuspawner: %s restored on its GPUs", grant.holder.name)
         return True
 
@@ -201,31 +228,39 @@ class Parker:
         return parked
 
     def adopted(self, parked: Mapping[int, tuple[int, ...]]) -> None:
-        """The books adopted those servers parked. How much memory each parked is not said by
-        the driver: its GPUs' whole memory is counted, so it comes back once they are empty."""
+        """The books adopted those servers parked. How much memory each parked the driver
+        does not say: it comes back once no process runs on its GPUs."""
         for key, pids in parked.items():
             grant = self.broker.grant_of(key)
             if grant is not None and grant.parked:
-                whole = sum(self._memory_total(d) for d in grant.uuids)
-                self._parked[key] = Parked(pids, whole, self.broker.clock())
+                self._parked[key] = Parked(pids, None, self.broker.clock())
 
     def forget(self, key: int) -> None:
         """The server's container is gone: what it had parked went with it."""
         self._parked.pop(key, None)
+        self._restored.pop(key, None)
 
     def close(self) -> None:
         self.executor.shutdown(wait=False, cancel_futures=True)
 
+    def _pids_of(self, grant: Grant) -> tuple[int, ...] | None:
+        """Its CUDA processes, as the monitor last saw them (None: not known)."""
+        restored = self._restored.get(grant.key)
+        if restored is not None:
+            return restored.pids
+        return processes_of(grant, self._seen, self.broker.hub) if self._seen else None
+
     def _bytes_of(self, grant: Grant) -> int:
+        restored = self._restored.get(grant.key)
+        if restored is not None and restored.bytes is not None:
+            return restored.bytes
         telemetry = self._seen.telemetry if self._seen else {}
         return sum(getattr(telemetry.get(d), "memory_used_bytes", 0) or 0 for d in grant.uuids)
 
     def _free_memory(self, device: str) -> int:
         used = getattr(self.broker.telemetry.get(device), "memory_used_bytes", 0) or 0
-        return self._memory_total(device) - used
-
-    def _memory_total(self, device: str) -> int:
-        return next((g.memory_total_bytes for g in self.broker.site.gpus if g.uuid == device), 0)
+        total = next((g.memory_total_bytes for g in self.broker.site.gpus if g.uuid == device), 0)
+        return total - used
 
     async def _call(self, function: Any, *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self.executor, function, *args)

@@ -32,6 +32,7 @@ from jupyterhub.utils import utcnow
 from ..core.culling import Verdict, decide, parked_too_long
 from ..core.pool import Grant
 from ..core.usage import UsageRecord
+from ..core.words import count_gpus, duration
 from . import budgets
 from .broker import Broker
 from .monitor import Observation, processes_of
@@ -47,6 +48,7 @@ class Reclaimer:
     _week: list[UsageRecord] | None = field(default=None, init=False, repr=False)
     _members: dict[str, frozenset[int]] = field(default_factory=dict, init=False, repr=False)
     parker: Parker | None = None  # with parking on: servers at their GPU-idle limit are parked
+    park_after: float = 600.0  # seconds idle on a GPU a parked job waits for: then parked
     # The stops under way, by grant key: they run beside the monitor's ticks, not in them.
     _stopping: dict[int, asyncio.Task[None]] = field(default_factory=dict, init=False, repr=False)
 
@@ -69,6 +71,8 @@ class Reclaimer:
             if grant.parked:
                 self._while_parked(grant, observation)
             verdict = self._verdict(user, grant, now)
+            if verdict is None and not grant.parked:
+                verdict = self._job_waits_on(grant, now)
             if verdict is not None and grant.key not in self._stopping:
                 parks = verdict.idle and self.parker is not None
                 act = self._park if parks else self._stop
@@ -84,6 +88,21 @@ class Reclaimer:
         jobs = self.broker.jobs
         if jobs is not None and processes_of(grant, observation, self.broker.hub):
             jobs.wake(grant)
+
+    def _job_waits_on(self, grant: Grant, now: float) -> Verdict | None:
+        """A person's GPUs idle for park_after while a job parked for them waits to come back
+        on them: their work is parked (never stopped for this), and the job goes on."""
+        idle_since = self.broker.idle_since(grant.key)
+        if self.parker is None or idle_since is None or now - idle_since < self.park_after:
+            return None
+        pool = self.broker.pool
+        if not any(g.holder.job for u in grant.units for g in pool.bound_to(u.id)):
+            return None
+        reason = (
+            f"its {count_gpus(grant.weight)} {'was' if grant.weight <= 1 else 'were'} idle for "
+            f"{duration(now - idle_since)} while a job parked for it waits (park_after)"
+        )
+        return Verdict(grant.key, reason, idle=True, stops=False)
 
     def _verdict(self, user: Any, grant: Grant, now: float) -> Verdict | None:
         limits = self.broker.site.limits.for_user({g.name for g in user.groups}, bool(user.admin))
@@ -128,7 +147,7 @@ class Reclaimer:
         assert self.parker is not None
         try:
             refusal = await self.parker.park(grant)
-            if refusal:
+            if refusal and verdict.stops:
                 reason = f"{verdict.reason}; it could not be parked: {refusal}"
                 await self._stop_server(user, grant, Verdict(grant.key, reason), now)
             else:

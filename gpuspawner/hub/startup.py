@@ -180,7 +180,7 @@ async def start_broker(app: Any, spawner_class: Any = None) -> Broker:
         monitor.listeners.append(parker.observed)
         broker.on_stop(parker.close)
     jobs = _serve_jobs(app, broker, record, parker)
-    monitor.listeners.append(Reclaimer(app, broker, app.log, parker))
+    monitor.listeners.append(Reclaimer(app, broker, app.log, parker, spawner.park_after))
     monitor.listeners.append(lambda observation: _jobs_tick(jobs, broker))
     monitor.listeners.append(metrics.UsageCounters(broker))
     monitor.listeners.append(metrics.count_engine_errors)

@@ -74,6 +74,15 @@ def test_a_job_that_cannot_be_parked_is_never_lent_a_parked_persons_gpu():
     assert pool.allocate(job(3), 1).uuids == (UUIDS[0],)
 
 
+def test_a_parked_person_who_woke_is_lent_to_no_job_while_they_wait_to_come_back():
+    """Else a job given way to them by SIGTERM would be dispatched onto their GPU again."""
+    pool = Pool(UUIDS[:1])
+    parked = pool.park(pool.allocate(person(1), 1).key)
+    with pytest.raises(NotEnoughGPUs):
+        pool.allocate(job(2), 1, keep=frozenset(u.id for u in parked.units))
+    assert pool.restore(parked.key).uuids == (UUIDS[0],)
+
+
 def test_parked_work_counts_against_no_limit_and_coming_back_is_admitted_again():
     pool = Pool(UUIDS[:2])
     grant = pool.allocate(job(1), 1)

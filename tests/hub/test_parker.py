@@ -4,6 +4,7 @@ the driver's word read back after a restart (the real stack: tests/stack/test_pa
 import asyncio
 import json
 import logging
+import threading
 
 import pytest
 from brokers import HUB, a_broker
@@ -120,3 +121,73 @@ def test_parking_settings_that_cannot_work_are_refused_in_one_line():
     with pytest.raises(GPUConfigError, match="park_memory_limit must be memory"):
         memory_limit("lots")
     assert memory_limit("64G") == 64 * GIB and memory_limit("") > 0
+
+
+class HeldDriver(SimulatedCheckpointDriver):
+    """The double, whose checkpoint waits until the test lets it go: a park in flight."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.go = threading.Event()
+
+    def checkpoint(self, pid: int) -> None:
+        self.go.wait(10)
+        super().checkpoint(pid)
+
+
+async def parking_in_flight(changes_meanwhile):
+    """A park held in the driver while `changes_meanwhile(broker, grant)` happens: the parker,
+    the grant, and (what was seen while it was under way, what the park answered)."""
+    parker, grant = parker_seeing((5,))
+    parker.driver = HeldDriver()
+    parker.driver.start(5, _process(grant))
+    parking = asyncio.ensure_future(parker.park(grant))
+    while not parker.parking_now(grant.key):
+        await asyncio.sleep(0)
+    seen = (parker.parking_now(grant.key), parker.parked_bytes())
+    changes_meanwhile(parker.broker, grant)
+    parker.driver.go.set()
+    return parker, grant, (seen, await parking)
+
+
+def test_a_park_in_flight_counts_its_memory_and_is_known_to_be_under_way():
+    """A cell run meanwhile must wake it (its GPU calls would wait), and a second park must
+    not take host memory past park_memory_limit."""
+    parker, grant, (seen, refusal) = asyncio.run(parking_in_flight(lambda broker, grant: None))
+    assert seen == (True, 20 * GIB) and refusal == ""
+    assert not parker.parking_now(grant.key) and parker.parked_bytes() == 20 * GIB
+
+
+def test_a_server_that_stops_while_it_is_parked_is_brought_back_not_lent():
+    parker, _, (_, refusal) = asyncio.run(
+        parking_in_flight(lambda broker, grant: broker._pool.begin_release(grant.key))
+    )
+    assert refusal.startswith("it changed meanwhile")
+    assert parker.driver.state(5) is ProcessState.RUNNING and parker.parked_bytes() == 0
+
+
+def test_work_found_parked_after_a_restart_comes_back_once_its_gpus_run_nothing():
+    """The driver does not say how much memory it parked; NVML's used memory is never 0."""
+    parker, grant = parker_seeing((5,))
+    parker.broker._pool.park(grant.key)
+    parker.adopted({grant.key: (5,)})
+    parked = parker.broker.grant_of(grant.key)
+    [uuid] = grant.uuids
+    parker.broker.note_telemetry({uuid: Telemetry(0.0, GIB, processes=(9,))})
+    assert parker.waits_for(parked) == f"processes run on its GPUs ({uuid})"
+    parker.broker.note_telemetry({uuid: Telemetry(0.0, GIB)})  # reserved memory, no process
+    assert parker.waits_for(parked) == ""
+
+
+def test_work_just_restored_can_be_parked_again_before_the_monitor_looks_again():
+    """The monitor's last look saw it parked (no process); a person's return right after its
+    restore must park it again, not give it SIGTERM for want of a process."""
+    parker, grant = parker_seeing((5,))
+    parker.driver.start(5, _process(grant))
+    assert asyncio.run(parker.park(grant)) == ""
+    [uuid] = grant.uuids
+    parked = parker.broker.grant_of(grant.key)
+    parker.observed(Observation({uuid: Telemetry(0.0, 0)}, [container(parked)], owners={}))
+    assert parker.why_not(parked) == "it has no CUDA process to park"
+    assert asyncio.run(parker.restore(parked))
+    assert parker.why_not(parker.broker.grant_of(grant.key)) == ""

@@ -31,6 +31,7 @@ c.GPUSpawner.simulated_load_file = {load!r}
 c.GPUSpawner.monitor_interval = 0.5
 c.GPUSpawner.parking = True
 c.GPUSpawner.park_memory_limit = "32G"
+c.GPUSpawner.park_after = 3
 c.GPUSpawner.profiles = [
     {{"display_name": "1 GPU", "slug": "gpu-1", "gpus": 1, "default": True}},
     {{"display_name": "1 GPU, light", "slug": "light-1", "gpus": 1,
@@ -92,8 +93,10 @@ def test_a_job_is_parked_for_a_persons_start_and_goes_on_when_they_leave(hub, lo
     assert "Parked" in parked["reason"] and "alice" in parked["reason"]
     assert parked["preemptions"] == 1 and parked["attempts"] == 1
     assert hub.container_of("bob", running["server"]).status == "running"  # nothing stopped
-    gpu = hub.pool()["gpus"][0]
-    assert gpu["telemetry"]["memory_used_bytes"] == 0  # NVML: its memory left the GPU
+    gpu = hub.wait_for(  # NVML, at the monitor's next look: its memory left the GPU
+        lambda: (seen := hub.pool()["gpus"][0])["telemetry"]["memory_used_bytes"] == 0 and seen,
+        what="the parked job's memory gone from the GPU",
+    )
     assert gpu["holder"]["user"] == "alice"
     assert gpu["parked"] == [{"user": "bob", "server": running["server"], "job": True}]
     page = hub.login("admin").get(f"{hub.url}/hub/gpus", timeout=30).text
@@ -110,6 +113,31 @@ def test_a_job_is_parked_for_a_persons_start_and_goes_on_when_they_leave(hub, lo
         what="its memory back on the GPU",
     )
     assert hub.metrics()[("gpuspawner_parked_bytes", ())] == 0
+    cancel(hub, running)
+    load_file.write_text("{}")
+
+
+def test_a_person_idle_for_park_after_on_a_parked_jobs_gpu_lets_the_job_go_on(hub, load_file):
+    running, uuid = running_on_gpu(hub, load_file)
+    hub.spawn_ready("alice", profile="light-1")
+    wait_state(hub, "bob", running["id"], "parked")
+    kernel = {"container": hub.container_of("alice").name, "memory_gib": 10}
+    load = json.loads(load_file.read_text())
+    load[uuid] |= {"memory_used_gib": 30, "utilization_percent": 0}
+    load[uuid]["processes"].append(kernel)
+    load_file.write_text(json.dumps(load))  # alice's kernel opens the GPU, then idles
+
+    wait_residency(hub, "alice", "parked")  # park_after, not her group's gpu_idle_timeout
+    assert wait_state(hub, "bob", running["id"], "running")["attempts"] == 1
+    assert "while a job parked for it waits (park_after)" in hub.log()
+    load[uuid]["utilization_percent"] = 50  # she runs a cell: it wakes her, and keeps her busy
+    load_file.write_text(json.dumps(load))
+    woken = hub.api("POST", "/users/alice/server/gpu-lease/wake")
+    assert woken.status_code == 200, woken.text
+    wait_residency(hub, "alice", "resident")
+    wait_state(hub, "bob", running["id"], "parked")
+    hub.stop_server("alice")
+    wait_state(hub, "bob", running["id"], "running")
     cancel(hub, running)
     load_file.write_text("{}")
 

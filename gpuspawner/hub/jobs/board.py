@@ -219,7 +219,7 @@ class JobBoard(Restoring):
         server_id = self.launcher.server_id(job.user_id, job.server)
         holder = Holder(server_id, job.user_id, job.user, job.server, job=True)
         try:
-            grant = self.broker.take_now(holder, request, limits.admit)
+            grant = self.broker.take_now(holder, request, limits.admit, self.wanted_back())
         except (NotEnoughGPUs, LimitExceeded):
             return  # later: what is free now does not fit it, or its user holds enough
         now = self.broker.clock()

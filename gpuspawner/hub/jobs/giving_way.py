@@ -85,6 +85,15 @@ class GivingWay(JobBooks):
                 )
             claimed |= taken or frozenset()
 
+    def wanted_back(self) -> frozenset[str]:
+        """The units of parked people who woke: no job is lent them meanwhile."""
+        return frozenset(
+            u.id
+            for g in self.broker.pool.grants()
+            if g.key in self._waking and g.parked
+            for u in g.units
+        )
+
     def _parked_people(self) -> list[Grant]:
         """People's parked servers whose GPUs no job is lent, parked longest first."""
         pool, parker = self.broker.pool, self.parker
@@ -98,7 +107,7 @@ class GivingWay(JobBooks):
             and not g.stopping
             and not any(pool.holder_of(u.id) for u in g.units)
         ]
-        people = [g for g in people if g.key not in self._evicting]
+        people = [g for g in people if g.key not in self._evicting | self._waking]
         return sorted(people, key=lambda g: parker.since(g.key) or 0.0)
 
     def _stop_parked_for(
@@ -138,6 +147,9 @@ class GivingWay(JobBooks):
             await self.launcher.stop(holder.user_id, holder.server)
         except Exception:
             self.log.exception("gpuspawner: stopping %s failed", holder.name)
+        now = self.broker.grant_of(grant.key)
+        if now is None or not now.stopping:  # not stopping after all: it may be chosen again
+            self._evicting.discard(grant.key)
 
     def _fits_with(
         self, request: Request, freed: frozenset[str], claimed: frozenset[str]

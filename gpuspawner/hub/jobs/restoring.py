@@ -23,19 +23,23 @@ class Restoring(GivingWay):
         "restoring", or "parked" (its GPUs are still lent, or hold too little memory)."""
         if grant.key in self._restoring:
             return "restoring"
-        if not grant.parked:
+        parking = self.parker is not None and self.parker.parking_now(grant.key)
+        if not grant.parked and not parking:
             return "resident"
-        if grant.key not in self._waking:
+        if grant.key not in self._waking:  # (while being parked: restored once it is)
             self._waking.add(grant.key)
             self.log.info("gpuspawner: %s wakes", grant.holder.name)
         self._restore_parked()
         return "restoring" if grant.key in self._restoring else "parked"
 
     def residency(self, key: int) -> str:
+        """ "parked" from the moment the driver starts parking it: a cell run then must wake
+        it (its GPU calls would wait), "restoring" until it is back, else "resident"."""
         grant = self.broker.grant_of(key)
         if key in self._restoring:
             return "restoring"
-        return "parked" if grant is not None and grant.parked else "resident"
+        parking = self.parker is not None and self.parker.parking_now(key)
+        return "parked" if parking or (grant is not None and grant.parked) else "resident"
 
     def _restore_parked(self) -> None:
         if self.parker is None:
@@ -71,6 +75,7 @@ class Restoring(GivingWay):
 
     async def _restore(self, grant: Grant) -> None:
         assert self.parker is not None
+        parked_since = self.parker.since(grant.key)
         try:
             back = await self.parker.restore(grant)
         except RestoreFailed as failure:
@@ -84,7 +89,10 @@ class Restoring(GivingWay):
         self._waking.discard(grant.key)
         job = self._by_server(grant.holder.user_id, grant.holder.server)
         if job is not None and job.state is JobState.PARKED:
-            self._event(job, Event.RESTORED, reason="")
+            # its max_runtime counts the time it ran, not the time it was parked
+            parked = self.broker.clock() - (parked_since or self.broker.clock())
+            started = job.started + parked if job.started is not None else None
+            self._event(job, Event.RESTORED, reason="", started=started)
 
     def _restore_failed(self, grant: Grant, failure: RestoreFailed) -> None:
         holder = grant.holder
