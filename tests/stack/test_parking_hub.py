@@ -63,7 +63,7 @@ def running_on_gpu(hub: Hub, load_file, memory_gib: int = 20, **process) -> tupl
     submitted = submit(hub, "bob", profile="gpu-1", script="train.py")
     running = wait_state(hub, "bob", submitted["id"], "running")
     [uuid] = running["gpus"]
-    container = hub.container_of("bob", running["server"]).name
+    container = hub.container_of("bob", running["server"]).id
     load = {"memory_used_gib": memory_gib, "utilization_percent": 90}
     load["processes"] = [{"container": container, **process}]
     load_file.write_text(json.dumps({uuid: load}))
@@ -121,7 +121,7 @@ def test_a_person_idle_for_park_after_on_a_parked_jobs_gpu_lets_the_job_go_on(hu
     running, uuid = running_on_gpu(hub, load_file)
     hub.spawn_ready("alice", profile="light-1")
     wait_state(hub, "bob", running["id"], "parked")
-    kernel = {"container": hub.container_of("alice").name, "memory_gib": 10}
+    kernel = {"container": hub.container_of("alice").id, "memory_gib": 10}
     load = json.loads(load_file.read_text())
     load[uuid] |= {"memory_used_gib": 30, "utilization_percent": 0}
     load[uuid]["processes"].append(kernel)
@@ -215,7 +215,12 @@ def outputs(driver) -> str:
 
 def residency(hub: Hub, user: str) -> str:
     response = hub.api("GET", f"/users/{user}/server/gpu-lease")
-    response.raise_for_status()
+    if response.status_code != 200:
+        ours = [line for line in hub.log().splitlines() if "gpuspawner" in line]
+        raise AssertionError(
+            f"{user}'s lease: {response.status_code} {response.text}; the hub said:\n"
+            + "\n".join(ours[-25:])
+        )
     return response.json()["residency"]["state"]
 
 
@@ -227,7 +232,7 @@ def person_on_gpu(hub: Hub, load_file, user: str, profile="light-1") -> tuple[st
     """`user`'s server, with a CUDA process of 10 GiB on its GPU that has gone idle."""
     hub.spawn_ready(user, profile=profile)
     [uuid] = hub.held_by(user)
-    kernel = {"container": hub.container_of(user).name, "memory_gib": 10}
+    kernel = {"container": hub.container_of(user).id, "memory_gib": 10}
     load = {"memory_used_gib": 10, "utilization_percent": 0, "processes": [kernel]}
     load_file.write_text(json.dumps({uuid: load}))
     return uuid, load
@@ -241,7 +246,7 @@ def test_an_idle_persons_gpu_runs_a_job_meanwhile_and_comes_back_when_they_retur
     submitted = submit(hub, "bob", profile="gpu-1", script="train.py")
     running = wait_state(hub, "bob", submitted["id"], "running")  # on carol's GPU, lent
     assert running["gpus"] == [uuid]
-    job_process = {"container": hub.container_of("bob", running["server"]).name, "memory_gib": 20}
+    job_process = {"container": hub.container_of("bob", running["server"]).id, "memory_gib": 20}
     load |= {"memory_used_gib": 30, "processes": [*load["processes"], job_process]}
     load_file.write_text(json.dumps({uuid: load}))
     hub.wait_for(
@@ -259,7 +264,7 @@ def test_an_idle_persons_gpu_runs_a_job_meanwhile_and_comes_back_when_they_retur
     wait_residency(hub, "carol", "parked")  # idle again: the job goes on on her GPU
     assert wait_state(hub, "bob", running["id"], "running")["attempts"] == 1
 
-    terminal = {"container": hub.container_of("carol").name, "name": "train"}
+    terminal = {"container": hub.container_of("carol").id, "name": "train"}
     load |= {"utilization_percent": 50, "processes": [*load["processes"], terminal]}
     load_file.write_text(json.dumps({uuid: load}))  # `python train.py` in her terminal
     wait_residency(hub, "carol", "resident")
@@ -281,6 +286,29 @@ def test_a_persons_start_that_needs_a_parked_persons_gpu_stops_that_server(hub, 
     spawn_page = hub.login("carol").get(f"{hub.url}/hub/spawn", timeout=30).text
     assert "was stopped at" in spawn_page and "needed for alice" in spawn_page
     hub.stop_server("alice")
+    load_file.write_text("{}")
+
+
+def test_a_start_that_needs_a_parked_persons_gpu_lent_to_a_job_gets_it_from_both(hub, load_file):
+    uuid, load = person_on_gpu(hub, load_file, "carol")
+    wait_residency(hub, "carol", "parked")
+    submitted = submit(hub, "bob", profile="gpu-1", script="train.py")
+    running = wait_state(hub, "bob", submitted["id"], "running")  # lent carol's GPU
+    job_process = {"container": hub.container_of("bob", running["server"]).id, "memory_gib": 20}
+    load |= {"memory_used_gib": 30, "utilization_percent": 90}
+    load["processes"].append(job_process)
+    load_file.write_text(json.dumps({uuid: load}))
+    hub.wait_for(
+        lambda: job(hub, "bob", running["id"])["gpu_use"][0]["memory_used_bytes"] == 20 * GIB,
+        what="the job's process seen on the lent GPU",
+    )
+
+    hub.spawn_ready("alice", profile="light-1")  # the job parks, carol's server stops
+    assert hub.held_by("alice") == [uuid] and hub.server_model("carol") is None
+    assert wait_state(hub, "bob", running["id"], "parked")["attempts"] == 1
+    hub.stop_server("alice")
+    wait_state(hub, "bob", running["id"], "running")
+    cancel(hub, running)
     load_file.write_text("{}")
 
 

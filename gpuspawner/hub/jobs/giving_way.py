@@ -51,9 +51,10 @@ class GivingWay(JobBooks):
     def _make_way(self) -> None:
         """For each person's start short of GPUs, in line order, the jobs that give way; and
         where that is not enough, the parked people whose GPUs it needs are stopped (their
-        files kept), those parked longest first. What already frees up counts, and what a
-        start ahead will take is not counted twice. A parked person's GPUs are never another
-        person's otherwise: they are claimed from the start."""
+        files kept), those parked longest first, and the jobs lent their GPUs give way. What
+        already frees up counts, and what a start ahead will take is not counted twice. A
+        parked person's GPUs are never another person's otherwise: they are claimed from
+        the start."""
         pool = self.broker.pool
         freed = frozenset(u.id for g in pool.grants() if g.stopping for u in g.units)
         freed |= frozenset().union(*self._parking.values())
@@ -95,7 +96,8 @@ class GivingWay(JobBooks):
         )
 
     def _parked_people(self) -> list[Grant]:
-        """People's parked servers whose GPUs no job is lent, parked longest first."""
+        """People's parked servers that may be stopped for another person's start, parked
+        longest first: not those who woke, nor those already being stopped."""
         pool, parker = self.broker.pool, self.parker
         if parker is None:
             return []
@@ -105,10 +107,23 @@ class GivingWay(JobBooks):
             if g.parked
             and not g.holder.job
             and not g.stopping
-            and not any(pool.holder_of(u.id) for u in g.units)
+            and g.key not in self._evicting | self._waking
         ]
-        people = [g for g in people if g.key not in self._evicting | self._waking]
         return sorted(people, key=lambda g: parker.since(g.key) or 0.0)
+
+    def _lent_to(self, grant: Grant) -> list[Job] | None:
+        """The running jobs lent a parked person's GPUs (they give way with them); None where
+        one of them cannot give way now (it starts, or is being parked already)."""
+        lent = []
+        for unit in grant.units:
+            holder = self.broker.pool.holder_of(unit.id)
+            if holder is None:
+                continue
+            job = self._by_server(holder.holder.user_id, holder.holder.server)
+            if job is None or job.state is not JobState.RUNNING or job.id in self._parking:
+                return None
+            lent.append(job)
+        return lent
 
     def _stop_parked_for(
         self,
@@ -119,21 +134,28 @@ class GivingWay(JobBooks):
         parked: list[Grant],
     ) -> tuple[frozenset[str], frozenset[str] | None]:
         """The fewest of `parked`, longest parked first, whose GPUs let `request` start: they
-        are stopped and leave `parked`. The claimed units without theirs, and what the start
-        will take."""
-        pool, opened = self.broker.pool, frozenset[str]()
-        for count, grant in enumerate(parked, 1):
+        are stopped and leave `parked`, and the jobs lent their GPUs give way. The claimed
+        units without theirs, and what the start will take."""
+        pool, opened, chosen, jobs = self.broker.pool, frozenset[str](), [], []
+        for grant in parked:
+            lent = self._lent_to(grant)
+            if lent is None:
+                continue
+            chosen.append(grant)
+            jobs += lent
             opened |= {u.id for u in grant.units}
-            taken = pool.would_take(request, freed, claimed - opened)
+            taken = pool.would_take(request, freed | opened, claimed - opened)
             if taken is not None:
                 reason = words.parked_and_needed(server_name(to.user, to.server))
-                for person in parked[:count]:
+                for job in jobs:  # the jobs lent their GPUs give way with them
+                    self._give_way(job, to)
+                for person in chosen:
                     self.log.warning(
                         "gpuspawner: stopping parked %s: %s", person.holder.name, reason
                     )
                     self._evicting.add(person.key)
                     self._spawn(self._stop_person(person, reason))
-                del parked[:count]
+                    parked.remove(person)
                 return claimed - opened, taken
         return claimed, None
 
