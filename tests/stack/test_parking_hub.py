@@ -229,7 +229,9 @@ def wait_residency(hub: Hub, user: str, state: str, timeout: float = 60) -> None
 
 
 def person_on_gpu(hub: Hub, load_file, user: str, profile="light-1") -> tuple[str, dict]:
-    """`user`'s server, with a CUDA process of 10 GiB on its GPU that has gone idle."""
+    """`user`'s server, with a CUDA process of 10 GiB on its GPU that has gone idle. Its GPU
+    is busy until then, so that its idle clock starts only once its process is listed."""
+    load_file.write_text(json.dumps({"0": {"utilization_percent": 90}}))
     hub.spawn_ready(user, profile=profile)
     [uuid] = hub.held_by(user)
     kernel = {"container": hub.container_of(user).id, "memory_gib": 10}
