@@ -57,15 +57,22 @@ def hub(hub_factory, load_file) -> Hub:
     return hub
 
 
-def running_on_gpu(hub: Hub, load_file, memory_gib: int = 20, **process) -> tuple[dict, str]:
+def running_on_gpu(
+    hub: Hub, load_file, memory_gib: int = 20, beside: dict | None = None, **process
+) -> tuple[dict, str, dict]:
     """bob's training job, running, with a CUDA process of `memory_gib` that the hub has seen
-    (as NVML would list it)."""
+    (as NVML would list it): its GPU's uuid, and that GPU's load. `beside`: the load already
+    on its GPU (a parked person's, whose GPU it is lent)."""
     submitted = submit(hub, "bob", profile="gpu-1", script="train.py")
     running = wait_state(hub, "bob", submitted["id"], "running")
     [uuid] = running["gpus"]
     container = hub.container_of("bob", running["server"]).id
-    load = {"memory_used_gib": memory_gib, "utilization_percent": 90}
-    load["processes"] = [{"container": container, **process}]
+    load = dict(beside or {"memory_used_gib": 0, "utilization_percent": 90, "processes": []})
+    load["memory_used_gib"] += memory_gib
+    load["processes"] = [
+        *load["processes"],
+        {"container": container, "memory_gib": memory_gib, **process},
+    ]
     load_file.write_text(json.dumps({uuid: load}))
     hub.wait_for(
         lambda: (
@@ -73,7 +80,7 @@ def running_on_gpu(hub: Hub, load_file, memory_gib: int = 20, **process) -> tupl
         ),
         what="the job's GPU memory seen by the hub",
     )
-    return running, uuid
+    return running, uuid, load
 
 
 def cancel(hub: Hub, running: dict) -> None:
@@ -85,7 +92,7 @@ def cancel(hub: Hub, running: dict) -> None:
 
 def test_a_job_is_parked_for_a_persons_start_and_goes_on_when_they_leave(hub, load_file):
     saved = checkpoints(hub)
-    running, uuid = running_on_gpu(hub, load_file)
+    running, uuid, _ = running_on_gpu(hub, load_file)
 
     hub.spawn_ready("alice", profile="light-1")  # she gets the job's GPU at once, no grace
     assert hub.held_uuids("alice") == [uuid]
@@ -118,20 +125,19 @@ def test_a_job_is_parked_for_a_persons_start_and_goes_on_when_they_leave(hub, lo
 
 
 def test_a_person_idle_for_park_after_on_a_parked_jobs_gpu_lets_the_job_go_on(hub, load_file):
-    running, uuid = running_on_gpu(hub, load_file)
+    running, uuid, load = running_on_gpu(hub, load_file)
     hub.spawn_ready("alice", profile="light-1")
     wait_state(hub, "bob", running["id"], "parked")
     kernel = {"container": hub.container_of("alice").id, "memory_gib": 10}
-    load = json.loads(load_file.read_text())
-    load[uuid] |= {"memory_used_gib": 30, "utilization_percent": 0}
-    load[uuid]["processes"].append(kernel)
-    load_file.write_text(json.dumps(load))  # alice's kernel opens the GPU, then idles
+    load |= {"memory_used_gib": 30, "utilization_percent": 0}
+    load["processes"].append(kernel)
+    load_file.write_text(json.dumps({uuid: load}))  # alice's kernel opens the GPU, then idles
 
     wait_residency(hub, "alice", "parked")  # park_after, not her group's gpu_idle_timeout
     assert wait_state(hub, "bob", running["id"], "running")["attempts"] == 1
     assert "while a job parked for it waits (park_after)" in hub.log()
-    load[uuid]["utilization_percent"] = 50  # she runs a cell: it wakes her, and keeps her busy
-    load_file.write_text(json.dumps(load))
+    load["utilization_percent"] = 50  # she runs a cell: it wakes her, and keeps her busy
+    load_file.write_text(json.dumps({uuid: load}))
     woken = hub.api("POST", "/users/alice/server/gpu-lease/wake")
     assert woken.status_code == 200, woken.text
     wait_residency(hub, "alice", "resident")
@@ -143,7 +149,7 @@ def test_a_person_idle_for_park_after_on_a_parked_jobs_gpu_lets_the_job_go_on(hu
 
 
 def test_after_a_hub_kill_9_a_parked_job_is_parked_on_the_drivers_word(hub, load_file):
-    running, uuid = running_on_gpu(hub, load_file)
+    running, uuid, _ = running_on_gpu(hub, load_file)
     hub.spawn_ready("alice", profile="light-1")
     wait_state(hub, "bob", running["id"], "parked")
     job_container = hub.container_of("bob", running["server"]).id
@@ -175,7 +181,7 @@ def test_after_a_hub_kill_9_a_parked_job_is_parked_on_the_drivers_word(hub, load
 def test_a_job_the_driver_cannot_park_gives_way_by_sigterm(hub, load_file, process, says):
     saved = checkpoints(hub)
     memory = (process or {}).pop("memory_gib", 20)
-    running, uuid = running_on_gpu(hub, load_file, memory, **(process or {}))
+    running, uuid, _ = running_on_gpu(hub, load_file, memory, **(process or {}))
     if process is None:
         load_file.write_text(json.dumps({uuid: {"utilization_percent": 90}}))
         hub.wait_for(
@@ -194,7 +200,7 @@ def test_a_job_the_driver_cannot_park_gives_way_by_sigterm(hub, load_file, proce
 
 
 def test_a_refused_restore_stops_the_job_with_the_reason_and_keeps_its_files(hub, load_file):
-    running, uuid = running_on_gpu(hub, load_file, refuse={"restore": "CUDA_ERROR_UNKNOWN"})
+    running, uuid, _ = running_on_gpu(hub, load_file, refuse={"restore": "CUDA_ERROR_UNKNOWN"})
     hub.spawn_ready("alice", profile="light-1")
     wait_state(hub, "bob", running["id"], "parked")
     hub.stop_server("alice")
@@ -245,16 +251,8 @@ def test_an_idle_persons_gpu_runs_a_job_meanwhile_and_comes_back_when_they_retur
     wait_residency(hub, "carol", "parked")  # past gpu_idle_timeout: parked, not stopped
     assert hub.server_model("carol")["ready"] and hub.gpu_states() == {uuid: "free"}
 
-    submitted = submit(hub, "bob", profile="gpu-1", script="train.py")
-    running = wait_state(hub, "bob", submitted["id"], "running")  # on carol's GPU, lent
-    assert running["gpus"] == [uuid]
-    job_process = {"container": hub.container_of("bob", running["server"]).id, "memory_gib": 20}
-    load |= {"memory_used_gib": 30, "processes": [*load["processes"], job_process]}
-    load_file.write_text(json.dumps({uuid: load}))
-    hub.wait_for(
-        lambda: job(hub, "bob", running["id"])["gpu_use"][0]["memory_used_bytes"] == 20 * GIB,
-        what="the job's process seen on the lent GPU",
-    )
+    running, lent, load = running_on_gpu(hub, load_file, beside=load)
+    assert lent == uuid  # on carol's GPU, lent
 
     woken = hub.api("POST", "/users/carol/server/gpu-lease/wake")  # a cell is about to run
     assert woken.status_code == 200, woken.text
@@ -294,16 +292,8 @@ def test_a_persons_start_that_needs_a_parked_persons_gpu_stops_that_server(hub, 
 def test_a_start_that_needs_a_parked_persons_gpu_lent_to_a_job_gets_it_from_both(hub, load_file):
     uuid, load = person_on_gpu(hub, load_file, "carol")
     wait_residency(hub, "carol", "parked")
-    submitted = submit(hub, "bob", profile="gpu-1", script="train.py")
-    running = wait_state(hub, "bob", submitted["id"], "running")  # lent carol's GPU
-    job_process = {"container": hub.container_of("bob", running["server"]).id, "memory_gib": 20}
-    load |= {"memory_used_gib": 30, "utilization_percent": 90}
-    load["processes"].append(job_process)
-    load_file.write_text(json.dumps({uuid: load}))
-    hub.wait_for(
-        lambda: job(hub, "bob", running["id"])["gpu_use"][0]["memory_used_bytes"] == 20 * GIB,
-        what="the job's process seen on the lent GPU",
-    )
+    running, lent, _ = running_on_gpu(hub, load_file, beside=load | {"utilization_percent": 90})
+    assert lent == uuid  # carol's GPU, lent
 
     hub.spawn_ready("alice", profile="light-1")  # the job parks, carol's server stops
     assert hub.held_by("alice") == [uuid] and hub.server_model("carol") is None
