@@ -76,9 +76,6 @@ class Parker:
         self._seen = observation
         self._restored.clear()
 
-    def parked(self) -> Mapping[int, Parked]:
-        return dict(self._parked)
-
     def since(self, key: int) -> float | None:
         """When the server's work was parked; None if it is not."""
         parked = self._parked.get(key)
