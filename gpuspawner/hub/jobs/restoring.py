@@ -21,16 +21,14 @@ class Restoring(GivingWay):
     def wake(self, grant: Grant) -> str:
         """A parked person wants their GPUs back. Where their server is now: "resident",
         "restoring", or "parked" (its GPUs are still lent, or hold too little memory)."""
-        if grant.key in self._restoring:
-            return "restoring"
-        parking = self.parker is not None and self.parker.parking_now(grant.key)
-        if not grant.parked and not parking:
-            return "resident"
+        state = self.residency(grant.key)
+        if state != "parked":
+            return state
         if grant.key not in self._waking:  # (while being parked: restored once it is)
             self._waking.add(grant.key)
             self.log.info("gpuspawner: %s wakes", grant.holder.name)
         self._restore_parked()
-        return "restoring" if grant.key in self._restoring else "parked"
+        return self.residency(grant.key)
 
     def residency(self, key: int) -> str:
         """ "parked" from the moment the driver starts parking it: a cell run then must wake
