@@ -19,7 +19,7 @@ import sys
 import textwrap
 import time
 
-from gpuspawner.devices.checkpoint import CheckpointError, CudaDriver, park, states, unpark
+from gpuspawner.devices.checkpoint import CheckpointError, CudaDriver, park, unpark
 from gpuspawner.devices.nvml import NvmlSource
 
 SIZES_GIB = (1, 8, 32)
@@ -81,7 +81,7 @@ def check(gib: int, driver: CudaDriver, source: NvmlSource, uuid: str) -> bool:
         started = time.perf_counter()
         park(driver, [holder.pid], timeout_ms=10_000)
         parked_s = time.perf_counter() - started
-        parked_state = states(driver, [holder.pid])[holder.pid].name
+        parked_state = driver.state(holder.pid).name
         parked = used_gib(source, uuid)
         started = time.perf_counter()
         unpark(driver, [holder.pid])

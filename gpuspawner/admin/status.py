@@ -4,7 +4,9 @@ shared GPU's slot), who holds it, and its load.
 It asks the hub nothing: Docker's container labels say who holds which GPU
 (as they tell the hub itself after a restart) and NVML, or the simulated
 GPUs, give the load. So it works while the hub is down. For SwarmGPUSpawner it
-reads the swarm's manager and the nodes' agents, as the hub does.
+reads the swarm's manager and the nodes' agents, as the hub does. With parking on, a GPU
+may have two holders: the checkpoint driver says whose work is parked, by their
+processes, as it tells the hub after a restart.
 """
 
 from __future__ import annotations
@@ -20,10 +22,13 @@ from typing import Any
 import docker
 from docker.errors import DockerException
 
+from ..config.parking import checkpoint_driver, container_pids
 from ..core.errors import GPUConfigError
 from ..core.gpus import GPU, Telemetry
 from ..core.units import Kind, Sharing, Unit, units_of
 from ..core.words import gib, server_name
+from ..devices import checkpoint
+from ..devices.checkpoint import ProcessState
 from ..devices.source import GPUSource, Inventory, discover
 from ..engine.base import Engine, LookPast, Seen, ServerLabels
 from ..engine.docker import DockerEngine
@@ -38,10 +43,16 @@ class Server:
 
     labels: ServerLabels
     units: frozenset[str]  # the units it holds, by id (Seen.units_held, as the hub reads it)
+    names: tuple[str, ...] = ()  # its container's (Seen.names)
+    parked: bool = False  # its GPU work checkpointed in host memory, as the driver says
 
     @property
     def name(self) -> str:
         return server_name(self.labels.user, self.labels.server)
+
+    @property
+    def shown(self) -> str:
+        return f"{self.name} (parked)" if self.parked else self.name
 
 
 @dataclass
@@ -51,6 +62,7 @@ class Holdings:
     servers: list[Server] = field(default_factory=list)
     external: dict[str, list[str]] = field(default_factory=dict)  # UUID → holders not ours
     unknown: set[str] = field(default_factory=set)  # devices this host does not have
+    unparked: str = ""  # why parked servers cannot be told apart (the driver could not say)
 
 
 @dataclass(frozen=True)
@@ -66,7 +78,8 @@ class PoolRow:
 
 def main(args: argparse.Namespace) -> int:
     try:
-        where = _where(args.config, args.simulate, args.simulated_load)
+        site = _site(args.config, args.simulate)
+        where = _where(site, args.simulate, args.simulated_load)
         engine, source, exclude, shared, ignored = where
         inventory = discover(source, exclude, shared)
         seen = engine.containers(LookPast(ignored, args.prefix))
@@ -76,20 +89,26 @@ def main(args: argparse.Namespace) -> int:
     excluded = inventory.excluded
     everything = sorted([*inventory.gpus, *excluded], key=lambda g: (g.node, g.index))
     holdings = scan(seen, inventory, args.prefix)
+    if site is not None and getattr(site.spawner, "parking", False):
+        holdings = parked(holdings, site.spawner.checkpoint_driver, source)
     samples = source.sample(inventory.machine(node=None))
     rows = pool_rows(everything, excluded, samples, holdings, inventory.shared)
     print(render(rows, holdings, time.time()))
     return 0
 
 
+def _site(config_path: Path | None, simulate: int | None) -> hubconfig.HubConfig | None:
+    """The hub's config: the one named, else ./jupyterhub_config.py where there is one."""
+    path = config_path or hubconfig.DEFAULT_PATH
+    return hubconfig.load(path, simulate) if config_path or path.is_file() else None
+
+
 def _where(
-    config_path: Path | None, simulate: int | None, simulated_load: str
+    site: hubconfig.HubConfig | None, simulate: int | None, simulated_load: str
 ) -> tuple[Engine, GPUSource, list[str | int], dict[Any, Any], tuple[str, ...]]:
     """Where the servers run and the GPUs as the hub sees them: with its config's engine (a
     swarm's, for SwarmGPUSpawner), simulation, exclusions, shared GPUs and the containers it
     looks past (`ignore_gpu_containers`), if it has one."""
-    path = config_path or hubconfig.DEFAULT_PATH
-    site = hubconfig.load(path, simulate) if config_path or path.is_file() else None
     if site is None or not hasattr(site.spawner, "make_engine"):
         engine: Engine = DockerEngine(docker.from_env().api)
         return engine, hubconfig.gpu_source(site, simulate, simulated_load), [], {}, ()
@@ -120,12 +139,32 @@ def scan(seen: Iterable[Seen], inventory: Inventory, hub: str = "") -> Holdings:
         }
         if container.server is not None and container.of_hub(hub):
             held = frozenset(container.units_held(uuids, units))
-            holdings.servers.append(Server(container.server, held))
+            holdings.servers.append(Server(container.server, held, container.names))
         else:
             whose = "another hub" if container.server is not None else "not gpuspawner"
             for uuid in uuids:
                 holdings.external.setdefault(uuid, []).append(f"{container.name} ({whose})")
     return holdings
+
+
+def parked(holdings: Holdings, setting: str, source: GPUSource) -> Holdings:
+    """The servers whose CUDA processes the checkpoint driver (`setting`, the hub's
+    c.GPUSpawner.checkpoint_driver) holds checkpointed are marked parked. Where the driver
+    cannot be had here, nothing is marked and `unparked` says why."""
+    try:
+        driver = checkpoint_driver(setting, source, on_swarm=False)
+    except GPUConfigError as error:
+        return replace(holdings, unparked=str(error))
+    by_server = {str(n): list(s.names) for n, s in enumerate(holdings.servers)}
+    pids = container_pids(source)(by_server)
+    servers = [
+        replace(
+            server,
+            parked=ProcessState.CHECKPOINTED in checkpoint.states(driver, pids[key]).values(),
+        )
+        for key, server in zip(by_server, holdings.servers, strict=True)
+    ]
+    return replace(holdings, servers=servers)
 
 
 def pool_rows(
@@ -140,8 +179,10 @@ def pool_rows(
     for gpu in gpus:
         units = units_of(gpu, (shared or {}).get(gpu.uuid))
         for unit in units or (_mig_mode_empty(gpu),):
+            # the one on the GPU first, then those parked (one host: parking lends a GPU)
             servers = [s for s in holdings.servers if unit.id in s.units]
-            holders = [s.name for s in servers]
+            servers.sort(key=lambda server: server.parked)
+            holders = [s.shown for s in servers]
             outside = holdings.external.get(unit.device, [])
             if unit.gpu != unit.device:
                 outside = [*outside, *holdings.external.get(unit.gpu, [])]
@@ -231,6 +272,8 @@ def _summary(rows: Sequence[PoolRow], holdings: Holdings) -> list[str]:
     cpu_only = sorted(s.name for s in holdings.servers if not s.units)
     if cpu_only:
         lines.append(f"CPU-only servers: {', '.join(cpu_only)}.")
+    if holdings.unparked:
+        lines.append(f"Parked servers are not told apart here: {holdings.unparked}.")
     if holdings.unknown:
         lines.append(
             "Containers ask for devices this host does not have: "

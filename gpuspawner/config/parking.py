@@ -1,15 +1,26 @@
 """The parking settings, as a mixin of GPUSettings: whether jobs give way by parking their GPU
 work in host memory (the CUDA driver's checkpoint API), with which driver, within how much
-host memory. Checked at hub start (`hub.parking.checkpoint_driver`)."""
+host memory. Checked at hub start (`checkpoint_driver`, `memory_limit`), which also read the
+driver's word on a container's processes (`container_pids`) for `gpuspawner status`."""
 
 from __future__ import annotations
 
 import math
+import os
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from traitlets import Bool, Enum, Float, HasTraits, TraitError, Unicode, validate
 
+from ..core.errors import GPUConfigError
+from ..core.units import parse_memory
+from ..devices.checkpoint import CheckpointDriver, CheckpointError, CudaDriver
+from ..devices.simulated import SimulatedSource
+from ..devices.simulated_checkpoint import SimulatedCheckpointDriver
+from ..engine import processes
+
 DRIVERS = ("auto", "cuda", "simulated")
+ContainerPids = Callable[[Mapping[str, list[str]]], dict[str, list[int]]]  # key → its PIDs
 
 
 class ParkingSettings(HasTraits):
@@ -65,3 +76,43 @@ class ParkingSettings(HasTraits):
                 f"c.GPUSpawner.park_after must be a number of seconds > 0, got {value!r}"
             )
         return float(value)
+
+
+def checkpoint_driver(setting: str, source: Any, on_swarm: bool) -> CheckpointDriver:
+    """The driver c.GPUSpawner.checkpoint_driver names, for parking; GPUConfigError where it
+    cannot be had, in one line that says what to fix."""
+    if on_swarm:
+        raise GPUConfigError(
+            "c.GPUSpawner.parking runs on one host: on a swarm, each node's agent would have "
+            "to park its containers' work, which it cannot yet; set parking = False"
+        )
+    simulated = isinstance(source, SimulatedSource)
+    if setting == "simulated" or (setting == "auto" and simulated):
+        if not simulated:
+            raise GPUConfigError(
+                "c.GPUSpawner.checkpoint_driver = 'simulated' parks simulated GPUs' work "
+                "only: set simulate_gpus or simulated_host, or checkpoint_driver = 'cuda'"
+            )
+        kept = f"{source.load_file}.checkpoints" if source.load_file else ""
+        return SimulatedCheckpointDriver(host=source, state_file=kept)
+    try:
+        return CudaDriver()
+    except CheckpointError as error:
+        raise GPUConfigError(
+            f"c.GPUSpawner.parking needs the NVIDIA driver's checkpoint API (driver 550 or "
+            f"later) on the hub's host: {error}"
+        ) from None
+
+
+def memory_limit(setting: str) -> int:
+    """c.GPUSpawner.park_memory_limit in bytes; "" for a quarter of this host's memory."""
+    if not setting.strip():
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 4
+    return parse_memory(setting, "c.GPUSpawner.park_memory_limit", GPUConfigError)
+
+
+def container_pids(source: Any) -> ContainerPids:
+    """Which processes a container runs: the host's /proc; for simulated GPUs, the load
+    file's."""
+    pids: ContainerPids = getattr(source, "container_pids", processes.container_pids)
+    return pids

@@ -16,7 +16,7 @@ driver brings libcuda), and the device check runs on a bare machine.
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from enum import Enum
 from typing import Any, Protocol
 
@@ -152,6 +152,12 @@ def unpark(driver: CheckpointDriver, pids: Sequence[int]) -> None:
             driver.unlock(pid)
 
 
-def states(driver: CheckpointDriver, pids: Sequence[int]) -> dict[int, ProcessState]:
-    """The driver's word on where each process's work is, after a restart too."""
-    return {pid: driver.state(pid) for pid in pids}
+def states(driver: CheckpointDriver, pids: Iterable[int]) -> dict[int, ProcessState]:
+    """The driver's word on each CUDA process among `pids` (it refuses the others)."""
+    found = {}
+    for pid in pids:
+        try:
+            found[pid] = driver.state(pid)
+        except CheckpointError:
+            continue  # not a CUDA process
+    return found

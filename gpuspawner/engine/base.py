@@ -54,6 +54,11 @@ class Seen:
     node: str = ""  # the machine it runs on (GPU.node: a Swarm node's hostname); "" on one host
     container_id: str = ""  # a Swarm task's container on its node (`id` is the task's)
 
+    @property
+    def names(self) -> tuple[str, ...]:
+        """What the load file or the host may call it: its id, name and node container's id."""
+        return tuple(n for n in (self.id, self.name, self.container_id) if n)
+
     # --- the durable record: who holds what, read alike by the hub and the CLI ---------------
     def of_hub(self, hub: str) -> bool:
         """One of `hub`'s servers (hub: its DockerSpawner.prefix; several hubs may share one

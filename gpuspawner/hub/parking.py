@@ -21,29 +21,25 @@ their own, one at a time. What is parked is remembered here, with the PIDs and b
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from ..core.errors import GPUConfigError
+from ..config.parking import ContainerPids
 from ..core.grants import Grant
 from ..core.pool import NotParkable, StillLent
 from ..core.pool_view import DeviceState
-from ..core.units import parse_memory
 from ..core.words import gib
 from ..devices import checkpoint
-from ..devices.checkpoint import CheckpointDriver, CheckpointError, CudaDriver, ProcessState
-from ..devices.simulated import SimulatedSource
-from ..devices.simulated_checkpoint import SimulatedCheckpointDriver
+from ..devices.checkpoint import CheckpointDriver, CheckpointError, ProcessState
 from ..engine.base import Seen
 from .broker import Broker
 from .counters import PARK_SECONDS, PARKS, RESTORE_SECONDS
 from .monitor import Observation, processes_of
 
-ContainerPids = Callable[[Mapping[str, list[str]]], dict[str, list[int]]]  # key → its PIDs
 LOCK_TIMEOUT_MS = 30_000  # how long the driver waits for a job's queued GPU work to drain
 
 
@@ -201,7 +197,7 @@ class Parker:
         holds checkpointed, with their PIDs, by spawner id. A process left locked (a park
         or restore the last hub did not finish) is on its GPU: it is unlocked to run on."""
         ours = {
-            str(seen.server.spawner_id): [n for n in (seen.id, seen.name, seen.container_id) if n]
+            str(seen.server.spawner_id): list(seen.names)
             for seen in containers
             if seen.running
             and seen.server
@@ -210,18 +206,13 @@ class Parker:
         }
         parked: dict[int, tuple[int, ...]] = {}
         for key, pids in pids_of(ours).items():
-            held = []
-            for pid in pids:
-                try:
-                    state = self.driver.state(pid)
-                    if state is ProcessState.LOCKED:
-                        self.driver.unlock(pid)
-                except CheckpointError:
-                    continue  # not a CUDA process
-                if state is ProcessState.CHECKPOINTED:
-                    held.append(pid)
+            found = checkpoint.states(self.driver, pids)
+            for pid in (pid for pid, state in found.items() if state is ProcessState.LOCKED):
+                with contextlib.suppress(CheckpointError):  # it ended meanwhile
+                    self.driver.unlock(pid)
+            held = tuple(pid for pid, state in found.items() if state is ProcessState.CHECKPOINTED)
             if held:
-                parked[int(key)] = tuple(held)
+                parked[int(key)] = held
         return parked
 
     def adopted(self, parked: Mapping[int, tuple[int, ...]]) -> None:
@@ -261,36 +252,3 @@ class Parker:
 
     async def _call(self, function: Any, *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self.executor, function, *args)
-
-
-def checkpoint_driver(setting: str, source: Any, on_swarm: bool) -> CheckpointDriver:
-    """The driver c.GPUSpawner.checkpoint_driver names, for parking; GPUConfigError where it
-    cannot be had, in one line that says what to fix."""
-    if on_swarm:
-        raise GPUConfigError(
-            "c.GPUSpawner.parking runs on one host: on a swarm, each node's agent would have "
-            "to park its containers' work, which it cannot yet; set parking = False"
-        )
-    simulated = isinstance(source, SimulatedSource)
-    if setting == "simulated" or (setting == "auto" and simulated):
-        if not simulated:
-            raise GPUConfigError(
-                "c.GPUSpawner.checkpoint_driver = 'simulated' parks simulated GPUs' work "
-                "only: set simulate_gpus or simulated_host, or checkpoint_driver = 'cuda'"
-            )
-        kept = f"{source.load_file}.checkpoints" if source.load_file else ""
-        return SimulatedCheckpointDriver(host=source, state_file=kept)
-    try:
-        return CudaDriver()
-    except CheckpointError as error:
-        raise GPUConfigError(
-            f"c.GPUSpawner.parking needs the NVIDIA driver's checkpoint API (driver 550 or "
-            f"later) on the hub's host: {error}"
-        ) from None
-
-
-def memory_limit(setting: str) -> int:
-    """c.GPUSpawner.park_memory_limit in bytes; "" for a quarter of this host's memory."""
-    if not setting.strip():
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 4
-    return parse_memory(setting, "c.GPUSpawner.park_memory_limit", GPUConfigError)

@@ -27,6 +27,7 @@ from typing import Any
 from jupyterhub import orm
 from traitlets import TraitError
 
+from ..config.parking import checkpoint_driver, container_pids, memory_limit
 from ..config.site import GPUSite, check_container_settings, check_overrides
 from ..core.culling import Busyness
 from ..core.errors import GPUConfigError
@@ -39,13 +40,13 @@ from ..devices.swarm import SwarmSource
 from ..engine import processes
 from ..records.jobs import JobRecord
 from ..records.ledger import Ledger
-from . import access, budgets, lease_api, metrics, notices, pages, parking, slow_starts
+from . import access, budgets, lease_api, metrics, notices, pages, slow_starts
 from .broker import Broker, BrokerNotRunning
 from .jobs import api as jobs_api
 from .jobs.board import JobBoard
 from .jobs.launch import Launcher
 from .monitor import Monitor, Owners
-from .parking import ContainerPids, Parker
+from .parking import Parker
 from .reclaimer import Reclaimer
 from .recovery import KnownServers
 from .refusals import RefusalsAreNotFaults
@@ -155,7 +156,7 @@ async def start_broker(app: Any, spawner_class: Any = None) -> Broker:
     containers = await _blocking(broker, lambda: engine.containers(broker.look_past))
     parked: dict[int, tuple[int, ...]] = {}
     if parker is not None:
-        read_back = functools.partial(parker.read_back, containers, _container_pids(site))
+        read_back = functools.partial(parker.read_back, containers, container_pids(site.source))
         parked = await _blocking(broker, read_back)
     known = _known_servers(app.db, {(j.user_id, j.server) for j in record.unfinished()}, parked)
     broker.recover(containers, known, await _stopped_meanwhile(broker))
@@ -222,8 +223,8 @@ def _parking(spawner: Any, site: GPUSite) -> tuple[CheckpointDriver, int] | None
     if not spawner.parking:
         return None
     on_swarm = isinstance(site.source, SwarmSource)
-    driver = parking.checkpoint_driver(spawner.checkpoint_driver, site.source, on_swarm)
-    return driver, parking.memory_limit(spawner.park_memory_limit)
+    driver = checkpoint_driver(spawner.checkpoint_driver, site.source, on_swarm)
+    return driver, memory_limit(spawner.park_memory_limit)
 
 
 def _serve_jobs(app: Any, broker: Broker, record: JobRecord, parker: Parker | None) -> JobBoard:
@@ -260,13 +261,6 @@ def _serve_jobs(app: Any, broker: Broker, record: JobRecord, parker: Parker | No
 
 async def _jobs_tick(jobs: JobBoard, broker: Broker) -> None:
     jobs.tick(broker.clock())
-
-
-def _container_pids(site: GPUSite) -> ContainerPids:
-    """Which processes a container runs: the host's /proc; for simulated GPUs, the load
-    file's."""
-    pids: ContainerPids = getattr(site.source, "container_pids", processes.container_pids)
-    return pids
 
 
 def _process_owners(site: GPUSite) -> Owners:

@@ -214,3 +214,21 @@ def test_status_and_the_hub_agree_on_who_holds_each_gpu(hub_factory, tmp_path):
     assert cells[others[0]] == f"{made.prefix}-cat (another hub)"
     assert cells[others[1]] == f"{made.prefix}-batch (not gpuspawner)"
     assert cells[others[2]] == "free"
+
+
+def test_where_the_checkpoint_driver_cannot_be_asked_status_says_so():
+    holdings = status.scan(
+        [
+            ours("jupyter-ann", "ann", "", UUIDS[:1]),
+            ours("jupyter-bob--job-1", "bob", "job-1", UUIDS[:1]),
+        ],
+        Inventory(GPUS[:1], [], []),
+    )
+    asked = status.parked(holdings, "simulated", source=object())  # not simulated GPUs
+    output = status.render(status.pool_rows(GPUS[:1], [], {}, asked), asked, NOW)
+    assert table(output)["0"][1] == "ann, bob/job-1"  # neither marked parked
+    assert output.endswith(
+        "Parked servers are not told apart here: c.GPUSpawner.checkpoint_driver = 'simulated' "
+        "parks simulated GPUs' work only: set simulate_gpus or simulated_host, "
+        "or checkpoint_driver = 'cuda'."
+    )

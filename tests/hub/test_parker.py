@@ -9,6 +9,7 @@ import threading
 import pytest
 from brokers import HUB, a_broker
 
+from gpuspawner.config.parking import checkpoint_driver, memory_limit
 from gpuspawner.config.settings import GPUSettings
 from gpuspawner.core.errors import GPUConfigError
 from gpuspawner.core.gpus import Telemetry
@@ -18,7 +19,7 @@ from gpuspawner.devices.checkpoint import ProcessState
 from gpuspawner.devices.simulated_checkpoint import SimulatedCheckpointDriver, SimulatedProcess
 from gpuspawner.engine import docker as engine
 from gpuspawner.hub.monitor import Observation
-from gpuspawner.hub.parking import Parker, checkpoint_driver, memory_limit
+from gpuspawner.hub.parking import Parker
 
 GIB = 2**30
 JOB = Holder(1, 10, "bob", "job-1", job=True)

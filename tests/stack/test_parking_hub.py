@@ -15,6 +15,7 @@ import json
 import re
 
 import pytest
+from admintools import gpuspawner
 from browser import STALE, log_in, text_of
 from jobkit import TRAIN, checkpoints, job, notebook, put, read, submit, wait_state
 from realhub import LIGHT_SERVER, PASSWORD, Hub
@@ -148,13 +149,18 @@ def test_a_person_idle_for_park_after_on_a_parked_jobs_gpu_lets_the_job_go_on(hu
     load_file.write_text("{}")
 
 
-def test_after_a_hub_kill_9_a_parked_job_is_parked_on_the_drivers_word(hub, load_file):
+def test_after_a_hub_kill_9_a_parked_job_is_parked_on_the_drivers_word(hub, load_file, tmp_path):
     running, uuid, _ = running_on_gpu(hub, load_file)
     hub.spawn_ready("alice", profile="light-1")
     wait_state(hub, "bob", running["id"], "parked")
     job_container = hub.container_of("bob", running["server"]).id
 
     hub.kill()
+    # with the hub down, `gpuspawner status` asks the driver too: both hold the GPU, one parked
+    done = gpuspawner("status", "-f", str(hub.config_file), "--prefix", hub.prefix, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    [row] = [line for line in done.stdout.splitlines() if uuid in line]
+    assert f"alice, bob/{running['server']} (parked)" in row, done.stdout
     hub.start()  # two containers reach the GPU; the driver says which one is on it
 
     assert job(hub, "bob", running["id"])["state"] == "parked"
