@@ -58,6 +58,7 @@ class Event(StrEnum):
     OVER_RUNTIME = "over runtime"  # past its group's max_runtime
     CANCEL = "cancel"
     ENDED = "ended"  # its server is gone
+    HUB_STOPPED = "hub stopped"  # the hub's shutdown stopped its server (cleanup_servers)
 
 
 W, S, R, G = JobState.WAITING, JobState.STARTING, JobState.RUNNING, JobState.GIVING_WAY
@@ -70,6 +71,7 @@ TRANSITIONS: Mapping[JobState, Mapping[Event, JobState]] = {
         Event.BROKE: JobState.FAILED,
         Event.CANCEL: JobState.CANCELLED,
         Event.ENDED: JobState.FAILED,
+        Event.HUB_STOPPED: W,
     },
     R: {
         Event.FINISHED: JobState.DONE,
@@ -79,6 +81,7 @@ TRANSITIONS: Mapping[JobState, Mapping[Event, JobState]] = {
         Event.OVER_RUNTIME: JobState.FAILED,
         Event.CANCEL: JobState.CANCELLED,
         Event.ENDED: JobState.FAILED,
+        Event.HUB_STOPPED: W,  # it runs again from its own checkpoint, as after giving way
     },
     G: {
         Event.FINISHED: JobState.DONE,  # it finished within its grace
@@ -92,6 +95,7 @@ TRANSITIONS: Mapping[JobState, Mapping[Event, JobState]] = {
         Event.BROKE: JobState.FAILED,
         Event.CANCEL: JobState.CANCELLED,
         Event.ENDED: JobState.FAILED,
+        Event.HUB_STOPPED: W,
     },
 }
 

@@ -187,7 +187,7 @@ async def start_broker(app: Any, spawner_class: Any = None) -> Broker:
     monitor.listeners.append(metrics.count_engine_errors)
     monitor.start()
     broker.line.limits_of = functools.partial(_limits_of, app, broker)
-    _close_line_at_shutdown(app, broker)
+    _close_at_shutdown(app, broker, jobs)
     not_slow = slow_starts.install(app.log, broker.line)
     broker.on_stop(lambda: app.log.removeFilter(not_slow))
     not_faults = RefusalsAreNotFaults()
@@ -296,18 +296,20 @@ def _end_previous_line(app: Any, broker: Broker) -> None:
         )
 
 
-def _close_line_at_shutdown(app: Any, broker: Broker) -> None:
+def _close_at_shutdown(app: Any, broker: Broker, jobs: JobBoard) -> None:
     """At shutdown JupyterHub runs `cleanup` (stopping servers, if `cleanup_servers`), then
     cancels every task, the waiting starts among them. Before either, the line stops
-    starting anyone and keeps its written record, so the next hub tells each person."""
+    starting anyone and keeps its written record, so the next hub tells each person; and
+    the jobs' board starts nothing more, and puts back in line each job the cleanup stops."""
     cleanup = app.cleanup
 
     @functools.wraps(cleanup)
-    async def close_line_then_clean_up(*args: Any, **kwargs: Any) -> Any:
+    async def close_then_clean_up(*args: Any, **kwargs: Any) -> Any:
         broker.close_line()
+        jobs.close()
         return await cleanup(*args, **kwargs)
 
-    app.cleanup = close_line_then_clean_up
+    app.cleanup = close_then_clean_up
 
 
 def _limits_of(app: Any, broker: Broker, user_id: int) -> UserLimits | None:

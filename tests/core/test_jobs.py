@@ -105,6 +105,9 @@ def test_a_final_state_has_no_way_out():
             JobState.RUNNING,
         ),
         ([Event.DISPATCHED, Event.UP, Event.GIVE_WAY, Event.FINISHED], JobState.DONE),
+        # the hub's shutdown stopped its server: it waits for the next hub, parked or not
+        ([Event.DISPATCHED, Event.UP, Event.HUB_STOPPED], JobState.WAITING),
+        ([Event.DISPATCHED, Event.UP, Event.PARK, Event.HUB_STOPPED], JobState.WAITING),
         # a late word changes nothing once ended
         ([Event.DISPATCHED, Event.UP, Event.CANCEL, Event.FINISHED], JobState.CANCELLED),
     ],

@@ -178,6 +178,27 @@ def test_a_running_job_runs_on_through_a_hub_kill_9_and_is_recovered(hub):
     assert checkpoints(hub) == before + 1
 
 
+def test_a_graceful_hub_restart_puts_a_running_job_back_in_line_not_failed(hub):
+    """systemctl restart: JupyterHub's shutdown stops every server (cleanup_servers), a job's
+    with its grace; the job waits for the next hub and runs again."""
+    saved = checkpoints(hub)
+    submitted = submit(hub, "bob", profile="gpu-1", script="train.py")
+    wait_state(hub, "bob", submitted["id"], "running")
+    hub.wait_for(lambda: "training" in job(hub, "bob", submitted["id"])["progress"].get("tail", []))
+
+    hub.stop()
+    assert checkpoints(hub) == saved + 1  # its SIGTERM reached it: it saved
+    hub.start()
+
+    again = wait_state(hub, "bob", submitted["id"], "running")
+    assert (again["attempts"], again["preemptions"]) == (2, 0)
+    assert f"{again['server']} was stopped with the hub and waits again" in hub.log()
+
+    cancelled = hub.api("DELETE", f"/users/bob/gpu-jobs/{submitted['id']}")
+    assert cancelled.json()["state"] == "cancelled"
+    hub.wait_for(lambda: len(free(hub)) == 2, timeout=90, what="the job's GPU back")
+
+
 def test_a_servers_own_token_manages_its_users_jobs_and_nothing_more(hub):
     hub.spawn_ready("alice", "", profile="cpu")
     env = hub.container_of("alice").attrs["Config"]["Env"]

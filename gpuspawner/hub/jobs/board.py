@@ -64,11 +64,18 @@ class JobBoard(Restoring):
         self._launching: dict[int, Launch] = {}  # by server id, until its spawner takes it
         self._waiting_since: dict[int, float] = {}  # by job id, since giving way (else submitted)
         self._open = False  # jobs start only once the hub runs (its proxy routes to them)
+        self._shutting_down = False
 
     def open(self) -> None:
         """The hub runs: start what waits."""
         self._open = True
         self.line_ran()
+
+    def close(self) -> None:
+        """The hub shuts down: nothing starts any more, and a job whose server its shutdown
+        stops (cleanup_servers) waits for the next hub rather than failing."""
+        self._open = False
+        self._shutting_down = True
 
     # --- what others read ---------------------------------------------------------------
     def gpu_use(self, job: Job) -> list[GPUUse]:
@@ -172,6 +179,12 @@ class JobBoard(Restoring):
             JOB_PREEMPTIONS.inc()
             self._count_run(job, grant, now, "gave way")
             self.log.info("gpuspawner: %s gave way and waits again", job.server)
+            return
+        if job is not None and self._shutting_down:
+            self._event(job, Event.HUB_STOPPED, reason=words.hub_stopped())
+            self._waiting_since[job.id] = now
+            self._count_run(job, grant, now, "hub stopped")
+            self.log.info("gpuspawner: %s was stopped with the hub and waits again", job.server)
             return
         if job is not None:
             self._event(job, Event.ENDED, reason=words.ended_unreported(), ended=now)

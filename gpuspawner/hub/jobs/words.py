@@ -107,6 +107,13 @@ def ended_unreported() -> str:
     )
 
 
+def hub_stopped() -> str:
+    return (
+        "The hub shut down while it ran and stopped its server (c.JupyterHub.cleanup_servers); "
+        "it waits again, and its next run starts from its own checkpoint."
+    )
+
+
 def ended_while_away() -> str:
     return (
         "Its server ended while the hub was not running, so how its run ended is not known "
