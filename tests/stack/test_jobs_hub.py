@@ -67,6 +67,11 @@ def free(hub: Hub) -> list[str]:
     return [uuid for uuid, state in hub.gpu_states().items() if state == "free"]
 
 
+def servers_on_home(hub: Hub, user: str) -> dict:
+    """The user's servers, stopped ones included, as their Home page lists them."""
+    return hub.api("GET", f"/users/{user}?include_stopped_servers").json()["servers"]
+
+
 def test_a_notebook_job_runs_on_exactly_its_gpus_and_keeps_its_output(hub):
     submitted = submit(hub, "bob", profile="gpu-1", notebook="train.ipynb")
     running = wait_state(hub, "bob", submitted["id"], "running", "done")
@@ -81,8 +86,13 @@ def test_a_notebook_job_runs_on_exactly_its_gpus_and_keeps_its_output(hub):
     assert texts == [f"sees {running['gpus'][0]}\n", "total 45\n"]
     hub.wait_for(lambda: len(free(hub)) == 2, timeout=90, what="the job's GPU back in the pool")
     hub.wait_gone("bob", running["server"])
+    hub.wait_for(  # and its server leaves bob's Home: no start link to a run that ended
+        lambda: running["server"] not in servers_on_home(hub, "bob"),
+        what="the ended job's server removed",
+    )
+    assert done == job(hub, "bob", submitted["id"])  # the job itself is kept, outputs too
 
-    by_hand = hub.spawn("bob", running["server"], profile="gpu-1")  # its start link, on Home
+    by_hand = hub.spawn("bob", running["server"], profile="gpu-1")  # its name is still its
     assert by_hand.status_code == 409, by_hand.text
     assert (
         "is a GPU job's server: the hub starts it when the job's turn comes"

@@ -193,7 +193,10 @@ class JobBoard(Restoring):
             self._count_run(ended, grant, now, str(ended.state))
 
     def tick(self, now: float) -> None:
-        """Each monitor tick: a job past its max_runtime is stopped, its outputs kept."""
+        """Each monitor tick: a job past its max_runtime is stopped, its outputs kept; ended
+        jobs' stopped servers are removed."""
+        if self._ended_servers:
+            self._spawn(self._remove_ended_servers())
         for job in list(self._jobs.values()):
             if job.state is not JobState.RUNNING or job.started is None:
                 continue

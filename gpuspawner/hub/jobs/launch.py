@@ -82,6 +82,26 @@ class Launcher:
             await self.app.proxy.delete_user(user, server)
             await user.stop(server)
 
+    async def remove(self, user_id: int, server: str) -> bool:
+        """Remove the user's named server `server` from JupyterHub, as its REST API's
+        `DELETE .../servers/NAME` with `remove` does: True once it is gone (or its user is),
+        False while it still runs or stops."""
+        try:
+            user = self.user(user_id)
+        except KeyError:
+            return True
+        if server not in user.orm_spawners:
+            return True
+        spawner = user.spawners[server]
+        if spawner.active:
+            return False
+        await user._delete_spawner(spawner)
+        self.app.db.delete(spawner.orm_spawner)
+        user.spawners.pop(server, None)
+        self.app.db.commit()
+        self.log.info("gpuspawner: %s's %s ended; its server is removed", user.name, server)
+        return True
+
     async def _ended_by_itself(self, user: Any, server: str) -> None:
         self.log.info("gpuspawner: %s's %s ended by itself", user.name, server)
         await self.app.proxy.delete_user(user, server)
