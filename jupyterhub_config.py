@@ -20,6 +20,12 @@ c.GPUSpawner.simulate_gpus = int(os.environ.get("GPUSPAWNER_SIMULATE_GPUS", "0")
 # Jobs give way to people by parking their GPU memory in host RAM instead of stopping
 # (NVIDIA driver 550 or later: docs/parking.md); on simulated GPUs a stand-in driver does it.
 c.GPUSpawner.parking = bool(c.GPUSpawner.simulate_gpus)
+if c.GPUSpawner.simulate_gpus:
+    # What runs on the simulated GPUs: `gpuspawner simulate` (scripts/hub starts it) writes
+    # one CUDA process per server into this file, idle for people, busy for jobs.
+    c.GPUSpawner.simulated_load_file = "simulated-load.json"
+    # The stand-in driver keeps nothing in this machine's memory: park as an 8-GPU server would.
+    c.GPUSpawner.park_memory_limit = "256G"
 # c.GPUSpawner.exclude_gpus = [7]   # keep GPU 7 for jobs outside JupyterHub
 # c.GPUSpawner.shared_gpus = {6: 4}  # GPU 6 for up to 4 servers at once: no memory isolation
 #   (then offer it: {"display_name": "Shared GPU", "slug": "shared", "shared": True};

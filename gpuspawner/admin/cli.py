@@ -99,6 +99,26 @@ def build_parser() -> argparse.ArgumentParser:
         "(c.GPUSpawner.simulated_load_file's format) instead of NVML",
     )
 
+    simulate = commands.add_parser(
+        "simulate",
+        help="on simulated GPUs: play their work for a demo hub (scripts/hub starts it)",
+        description="Write c.GPUSpawner.simulated_load_file from the hub's running servers, "
+        "every few seconds: one CUDA process on each GPU a server holds, idle for a person's "
+        "server (a kernel waiting for its user), busy for a job's. The simulated GPUs and the "
+        "checkpoint driver's stand-in read it, so parking and GPU-idle limits act as on GPUs.",
+    )
+    _config_file(simulate)
+    simulate.add_argument(
+        "--simulated-load",
+        default="",
+        metavar="FILE",
+        help="the load file to write (default: c.GPUSpawner.simulated_load_file)",
+    )
+    simulate.add_argument(
+        "--interval", type=float, default=2.0, help="seconds between looks (default: 2)"
+    )
+    simulate.add_argument("--once", action="store_true", help="write it once, then exit")
+
     usage = commands.add_parser(
         "usage",
         help="GPU-hours held and busy per user or group, from the usage ledger",

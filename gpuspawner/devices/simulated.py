@@ -53,6 +53,8 @@ class SimulatedSource:
     processes of one container. For the checkpoint driver's
     double, a process is a CUDA process holding `memory_gib` (else its share of
     the device's `memory_used_gib`), and `refuse` names calls the driver refuses it.
+    Where a GPU's entry gives no utilization_percent or memory_used_gib, its processes
+    make them up: those on it now, not those parked (`gpuspawner simulate` writes such).
     """
 
     MODEL = "NVIDIA H100 80GB HBM3"
@@ -180,7 +182,7 @@ class SimulatedSource:
             return {"processes": ()}
         changes: dict[str, Any] = {k: v for k, v in load.items() if k in _SIMULATED_FIELDS}
         parked = self.parked()
-        pids, shares, freed = [], [], 0
+        pids, shares, freed, held = [], [], 0, 0.0
         for pid, process in self._processes(load):
             if pid in parked:
                 freed += parked[pid]
@@ -188,11 +190,16 @@ class SimulatedSource:
             pids.append(pid)
             if isinstance(process, Mapping):
                 shares.append((pid, float(process.get("utilization_percent", 0.0))))
+                held += float(process.get("memory_gib", 0.0))
         if "memory_used_gib" in load:
             changes["memory_used_bytes"] = max(0, int(load["memory_used_gib"] * 2**30) - freed)
+        elif held:  # the processes' own, those on the GPU now
+            changes["memory_used_bytes"] = int(held * 2**30)
         changes["processes"] = tuple(pids)
         if shares:
             changes["process_utilization"] = tuple(shares)
+            if "utilization_percent" not in load:  # a parked process does no work
+                changes["utilization_percent"] = min(100.0, sum(share for _, share in shares))
         return changes
 
     def _processes(self, load: Mapping[str, Any]) -> list[tuple[int, Any]]:

@@ -98,3 +98,24 @@ def test_a_shared_gpus_activity_is_told_per_container(tmp_path):
     assert source.sample([l40s])[l40s].processes[0] == ann  # the same PID on every look
     again = SimulatedSource(host=HOST, load_file=str(load))  # and in the next hub's
     assert again.sample([l40s])[l40s].processes[:2] == (ann, other)
+
+
+def test_a_gpu_without_figures_of_its_own_shows_the_work_on_it_now(tmp_path):
+    """As `gpuspawner simulate` writes it: the processes make up the GPU's load, and a
+    parked one (the checkpoint driver's word) neither works nor holds GPU memory."""
+    load = tmp_path / "load.json"
+    processes = [
+        {"container": "job", "memory_gib": 20, "utilization_percent": 95},
+        {"container": "person", "memory_gib": 6, "utilization_percent": 0},
+    ]
+    load.write_text(json.dumps({"0": {"processes": processes}}))
+    source = SimulatedSource(1, load_file=str(load))
+    [uuid] = [g.uuid for g in source.list_gpus()]
+    both = source.sample([uuid])[uuid]
+    assert (both.utilization_percent, both.memory_used_bytes) == (95, 26 * 2**30)
+
+    job, person = both.processes
+    source.parked = lambda: {job: 20 * 2**30}
+    parked = source.sample([uuid])[uuid]
+    assert (parked.utilization_percent, parked.memory_used_bytes) == (0, 6 * 2**30)
+    assert parked.processes == (person,)

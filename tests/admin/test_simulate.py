@@ -1,0 +1,54 @@
+"""gpuspawner simulate: the demo hub's simulated GPUs run what its servers would run on
+real ones, read back through the simulated GPUs as the hub reads them."""
+
+import json
+
+import pytest
+from admintools import gpuspawner, servers
+from realhub import CPU_IMAGE, SIMULATED_MACHINE
+
+from gpuspawner.core.pool import Grant, Holder
+from gpuspawner.core.units import bare
+from gpuspawner.devices.simulated import SimulatedSource
+
+GIB = 2**30
+
+
+@pytest.mark.docker
+def test_each_server_runs_one_process_on_each_of_its_gpus(tmp_path):
+    load = tmp_path / "load.json"
+    source = SimulatedSource(4, SIMULATED_MACHINE, load_file=str(load))
+    uuids = [g.uuid for g in source.list_gpus()]
+    with servers("simulate") as made:
+        config = tmp_path / "jupyterhub_config.py"
+        config.write_text(
+            'c.JupyterHub.spawner_class = "gpu"\n'
+            f"c.DockerSpawner.prefix = {made.prefix!r}\n"
+            f"c.GPUSpawner.simulated_load_file = {str(load)!r}\n"
+        )
+        person = Grant(Holder(1, 1, "ann", ""), tuple(map(bare, uuids[0:2])), 0)
+        job = Grant(Holder(2, 2, "bob", "job-7"), tuple(map(bare, uuids[2:3])), 0)
+        made.create("ann", CPU_IMAGE, person)
+        made.create("bob--job-7", CPU_IMAGE, job)
+        made.create("cpu", CPU_IMAGE, Grant(Holder(3, 3, "cat", ""), (), 0))
+        made.create(
+            "gone", CPU_IMAGE, Grant(Holder(4, 4, "dan", ""), (bare(uuids[3]),), 0), start=False
+        )
+        done = gpuspawner("simulate", "-f", str(config), "--once", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+
+    seen = source.sample(uuids)
+    for uuid in uuids[0:2]:  # ann's kernel on each of her GPUs, waiting for her
+        assert (seen[uuid].utilization_percent, seen[uuid].memory_used_bytes) == (0, 6 * GIB)
+        assert len(seen[uuid].processes) == 1
+    assert (seen[uuids[2]].utilization_percent, seen[uuids[2]].memory_used_bytes) == (95, 20 * GIB)
+    assert seen[uuids[3]].processes == ()  # dan's container is stopped: nothing runs
+    assert set(json.loads(load.read_text())) == set(uuids[:3])
+
+
+def test_without_a_load_file_to_write_it_says_which_setting(tmp_path):
+    config = tmp_path / "jupyterhub_config.py"
+    config.write_text('c.JupyterHub.spawner_class = "gpu"\n')
+    done = gpuspawner("simulate", "-f", str(config), "--once", cwd=tmp_path)
+    assert done.returncode == 1
+    assert "set c.GPUSpawner.simulated_load_file, or pass --simulated-load FILE" in done.stderr
