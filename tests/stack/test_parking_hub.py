@@ -91,6 +91,15 @@ def cancel(hub: Hub, running: dict) -> None:
     hub.wait_for(lambda: set(hub.gpu_states().values()) == {"free"}, 90, "the job's GPU back")
 
 
+def back_to_the_job(hub: Hub, load_file, person: str, running: dict) -> None:
+    """The person leaves: the parked job runs again on their GPU; then it is cancelled and
+    the GPUs run nothing, for the next test."""
+    hub.stop_server(person)
+    wait_state(hub, "bob", running["id"], "running")
+    cancel(hub, running)
+    load_file.write_text("{}")
+
+
 def test_a_job_is_parked_for_a_persons_start_and_goes_on_when_they_leave(hub, load_file):
     saved = checkpoints(hub)
     running, uuid, _ = running_on_gpu(hub, load_file)
@@ -143,10 +152,7 @@ def test_a_person_idle_for_park_after_on_a_parked_jobs_gpu_lets_the_job_go_on(hu
     assert woken.status_code == 200, woken.text
     wait_residency(hub, "alice", "resident")
     wait_state(hub, "bob", running["id"], "parked")
-    hub.stop_server("alice")
-    wait_state(hub, "bob", running["id"], "running")
-    cancel(hub, running)
-    load_file.write_text("{}")
+    back_to_the_job(hub, load_file, "alice", running)
 
 
 def test_after_a_hub_kill_9_a_parked_job_is_parked_on_the_drivers_word(hub, load_file, tmp_path):
@@ -199,10 +205,7 @@ def test_a_job_the_driver_cannot_park_gives_way_by_sigterm(hub, load_file, proce
     waiting = wait_state(hub, "bob", running["id"], "waiting")
     assert "Gave way" in waiting["reason"] and checkpoints(hub) == saved + 1
     assert says in hub.log()
-    hub.stop_server("alice")
-    wait_state(hub, "bob", running["id"], "running")
-    cancel(hub, running)
-    load_file.write_text("{}")
+    back_to_the_job(hub, load_file, "alice", running)
 
 
 def test_a_refused_restore_stops_the_job_with_the_reason_and_keeps_its_files(hub, load_file):
@@ -276,10 +279,7 @@ def test_an_idle_persons_gpu_runs_a_job_meanwhile_and_comes_back_when_they_retur
     wait_residency(hub, "carol", "resident")
     wait_state(hub, "bob", running["id"], "parked")
 
-    hub.stop_server("carol")
-    wait_state(hub, "bob", running["id"], "running")
-    cancel(hub, running)
-    load_file.write_text("{}")
+    back_to_the_job(hub, load_file, "carol", running)
 
 
 def test_a_persons_start_that_needs_a_parked_persons_gpu_stops_that_server(hub, load_file):
@@ -304,10 +304,7 @@ def test_a_start_that_needs_a_parked_persons_gpu_lent_to_a_job_gets_it_from_both
     hub.spawn_ready("alice", profile="light-1")  # the job parks, carol's server stops
     assert hub.held_by("alice") == [uuid] and hub.server_model("carol") is None
     assert wait_state(hub, "bob", running["id"], "parked")["attempts"] == 1
-    hub.stop_server("alice")
-    wait_state(hub, "bob", running["id"], "running")
-    cancel(hub, running)
-    load_file.write_text("{}")
+    back_to_the_job(hub, load_file, "alice", running)
 
 
 def test_a_server_parked_past_max_parked_is_stopped_its_files_kept(hub, load_file):
