@@ -41,6 +41,7 @@ class Grant:
     quota_group: str | None = None  # the group whose max_gpus_group it counts against
     stopping: bool = False  # the server ended; its container is not yet confirmed gone
     parked: bool = False  # its work parked in host memory: its units are bound, not held
+    turns: bool = False  # a person's 1-GPU server that may share its GPU with one other, in turns
 
     @property
     def key(self) -> int:

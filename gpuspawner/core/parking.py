@@ -12,10 +12,13 @@ no context) or *waiting* (a start that has not begun). The rules, in the order a
 3. A resident person whose GPU has been idle for `park_after` is parked when a job waits.
 4. A restore never starts without the memory it needs: the GPU's free bytes must hold
    what the holder parked (a restore that runs out of memory leaves it stuck for good).
-5. Work the driver cannot park (MIG, several CUDA processes: its reason given) is never
+5. Turns, where an admin allows them (two people bound to one GPU): a resident person
+   whose GPU is idle is parked at once when the other person wants it; a busy one at the
+   end of its turn, `turn_quantum` seconds after it came on the GPU.
+6. Work the driver cannot park (MIG, several CUDA processes: its reason given) is never
    asked to: a job gives way by SIGTERM instead, as jobs do without parking; a person
    stays resident.
-6. Among those waiting: people first, then whoever has waited longest.
+7. Among those waiting: people first, then whoever has waited longest.
 """
 
 from __future__ import annotations
@@ -82,7 +85,16 @@ class Step:
     reason: str
 
 
-def decide(bound: Sequence[Bound], free_bytes: int, now: float, park_after: float) -> Step | None:
+TURN_QUANTUM = 300.0  # seconds: a person's turn on a GPU they share in turns
+
+
+def decide(
+    bound: Sequence[Bound],
+    free_bytes: int,
+    now: float,
+    park_after: float,
+    turn_quantum: float = TURN_QUANTUM,
+) -> Step | None:
     """The next move on one GPU, or None: nothing to do, or something must finish first."""
     if any(b.residency in (R.PARKING, R.RESTORING) for b in bound):
         return None
@@ -101,9 +113,20 @@ def decide(bound: Sequence[Bound], free_bytes: int, now: float, park_after: floa
             return Step("give way", resident.holder, f"for a person; {resident.unparkable}")
         return Step("park", resident.holder, "for a person")
     idle = resident.idle_since
+    if first.person and resident.person and not resident.unparkable:
+        return _turn(resident, now, turn_quantum)
     lunch = resident.person and idle is not None and now - idle >= park_after
     if lunch and not first.person and not resident.unparkable:
         return Step("park", resident.holder, "its GPU idle; a job runs meanwhile")
+    return None
+
+
+def _turn(resident: Bound, now: float, turn_quantum: float) -> Step | None:
+    """Another person wants the GPU a person is on (rule 5)."""
+    if resident.idle_since is not None:
+        return Step("park", resident.holder, "its GPU idle; the other person's turn")
+    if now - resident.since >= turn_quantum:
+        return Step("park", resident.holder, "its turn is over")
     return None
 
 

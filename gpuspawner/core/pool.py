@@ -94,13 +94,16 @@ class Pool(Books):
         admit: Admission | None = None,
         borrows: bool = True,
         keep: frozenset[str] = frozenset(),
+        turns: bool = False,
     ) -> Grant:
         """Take what `request` asks for (a number: whole GPUs) for a server, after `admit`
         (which may raise; a user's `UserLimits.admit`) agrees to its weight. Limits are
         decided before capacity, so a request over a limit is told so even when nothing is
         free. `borrows`: whether it may be lent parked work's GPUs (`_choose_for`); False
         for a job that cannot be parked, as it could not give them back at once. `keep`:
-        units it must not be given (a parked person's who wants them back)."""
+        units it must not be given (a parked person's who wants them back). `turns`: a
+        person's start of one GPU that may share it in turns (`_turn_on`) when nothing
+        else will do: bound to a GPU another person is on, it starts parked."""
         if isinstance(request, int):
             request = Request(gpus=request)
         with self._lock:
@@ -112,13 +115,17 @@ class Pool(Books):
                 chosen = self._choose_for(request, holder.job, borrows, keep)
             except NotEnoughGPUs as refusal:
                 chosen, short = (), refusal
+                if turns and not holder.job:
+                    chosen = self._turn_on(request, keep)
+                    short = None if chosen else refusal
             weight = sum((u.weight for u in chosen), Fraction(0))
             if short is not None:
                 weight = self.weight_of(request)
             quota_group = admit(weight, holder.user_id, self._usage()) if admit else None
             if short is not None:
                 raise short
-            grant = Grant(holder, chosen, self._clock(), quota_group)
+            waits = any(u.id in self._holder_of for u in chosen)  # its turn comes
+            grant = Grant(holder, chosen, self._clock(), quota_group, parked=waits, turns=turns)
             if chosen:  # a CPU-only server holds nothing to keep books of
                 self._record(grant)
             return grant
@@ -183,6 +190,29 @@ class Pool(Books):
                 if all(self._grants[k].holder.job != job for k in keys)
             }
             return self._choose(request, claimed=frozenset(self._bound.keys() - lendable) | keep)
+
+    def _turn_on(self, request: Request, keep: frozenset[str]) -> tuple[Unit, ...]:
+        """A whole GPU for one more person, in turns: one that exactly one other person's
+        1-GPU server is bound to, resident or parked, which allows turns too. Those with
+        that person parked first (nobody is on the GPU, or a job it gives way to); () if
+        none will do."""
+        if request.kind is None or not request.kind.facts.whole or request.count != 1:
+            return ()
+        partners = []
+        for unit in self._units.values():
+            if unit.id in keep or not request.matches(unit) or self._unusable(unit):
+                continue
+            keys = [*self._bound.get(unit.id, ()), self._holder_of.get(unit.id)]
+            people = [self._grants[k] for k in keys if k is not None]
+            people = [g for g in people if not g.holder.job]
+            if len(people) == 1 and people[0].turns and not people[0].stopping:
+                partners.append((not people[0].parked, unit))
+        return (min(partners, key=lambda p: p[0])[1],) if partners else ()
+
+    def _unusable(self, unit: Unit) -> bool:
+        """Unhealthy, on an unreachable machine, or used outside the hub."""
+        external = unit.device in self._external or unit.gpu in self._external
+        return self._unhealth(unit) is not None or external
 
     def _choose(
         self,

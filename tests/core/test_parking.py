@@ -10,6 +10,7 @@ from gpuspawner.core.parking import ON_THE_GPU, Bound, IllegalMove, R, Step, aft
 
 GIB = 2**30
 PARK_AFTER = 600.0
+TURN = 300.0
 
 bounds = st.builds(
     Bound,
@@ -71,12 +72,20 @@ def test_a_person_who_wants_the_gpu_always_beats_a_resident_job(bound, now):
 
 
 @given(books, st.floats(0, 2000))
-def test_a_person_is_parked_only_when_their_gpu_idled_for_park_after_and_the_driver_can(bound, now):
-    step = decide(bound, 80 * GIB, now, PARK_AFTER)
+def test_a_person_is_parked_only_when_their_gpu_idled_or_their_turn_is_over(bound, now):
+    """For a job: idle for park_after. For another person (turns): idle, or on the GPU for
+    a whole turn. And only where the driver can park them."""
+    step = decide(bound, 80 * GIB, now, PARK_AFTER, TURN)
     if step is not None and step.action == "park" and holder(bound, step.holder).person:
         parked = holder(bound, step.holder)
-        assert parked.idle_since is not None and now - parked.idle_since >= PARK_AFTER
         assert not parked.unparkable
+        person_waits = any(
+            b.person and b.wants and b.residency in (R.PARKED, R.WAITING) for b in bound
+        )
+        if person_waits:
+            assert parked.idle_since is not None or now - parked.since >= TURN
+        else:
+            assert parked.idle_since is not None and now - parked.idle_since >= PARK_AFTER
     if step is not None and step.action == "give way":
         assert not holder(bound, step.holder).person  # people are never stopped to make room
 
@@ -89,6 +98,24 @@ def test_whoever_waits_comes_in_people_first_then_the_longest_waiting(bound, now
     waiting = [b for b in bound if b.wants and b.residency in (R.PARKED, R.WAITING)]
     first = min(waiting, key=lambda b: (not b.person, b.since))
     assert step.holder == first.holder
+
+
+@given(books, st.floats(0, 2000))
+def test_a_person_waiting_for_another_persons_gpu_waits_at_most_one_turn(bound, now):
+    resident = next((b for b in bound if b.residency is R.RESIDENT), None)
+    in_transit = any(b.residency in (R.PARKING, R.RESTORING) for b in bound)
+    person_waits = any(b.person and b.wants and b.residency in (R.PARKED, R.WAITING) for b in bound)
+    if resident is None or not resident.person or resident.unparkable or in_transit:
+        return
+    over = resident.idle_since is not None or now - resident.since >= TURN
+    if person_waits and over:
+        assert decide(bound, 80 * GIB, now, PARK_AFTER, TURN) == Step(
+            "park",
+            resident.holder,
+            "its turn is over"
+            if resident.idle_since is None
+            else "its GPU idle; the other person's turn",
+        )
 
 
 def job(name, residency, since=0.0, **more):
@@ -130,6 +157,26 @@ def test_a_person_at_lunch_lends_the_gpu_to_a_job_and_has_it_back_when_a_cell_ru
     assert decide(back, 0, 2000, PARK_AFTER) == Step("park", "job-1", "for a person")
 
 
+def test_two_people_take_turns_while_both_want_the_gpu_and_an_idle_one_makes_way_at_once():
+    busy = person("alice", R.RESIDENT, since=100)
+    bob = person("bob", R.WAITING, since=150)
+    assert decide([busy, bob], 0, 100 + TURN - 1, PARK_AFTER, TURN) is None  # alice's turn
+    assert decide([busy, bob], 0, 100 + TURN, PARK_AFTER, TURN) == Step(
+        "park", "alice", "its turn is over"
+    )
+    books = [person("alice", R.PARKED, 400, parked_bytes=GIB), bob]
+    assert decide(books, 80 * GIB, 400, PARK_AFTER, TURN) == Step("start", "bob", "the GPU is free")
+    # bob, on the GPU since 401, stops working: alice, who wants it back, has it at once
+    books = [person("alice", R.PARKED, 400, parked_bytes=GIB), person("bob", R.RESIDENT, 401)]
+    assert decide(books, 0, 402, PARK_AFTER, TURN) is None
+    books[1] = replace(books[1], idle_since=402.0)
+    assert decide(books, 0, 403, PARK_AFTER, TURN) == Step(
+        "park", "bob", "its GPU idle; the other person's turn"
+    )
+    # nobody else wants it: a busy person keeps the GPU past a turn
+    assert decide([busy, replace(bob, wants=False)], 0, 5000, PARK_AFTER, TURN) is None
+
+
 def test_work_the_driver_cannot_park_gives_way_or_stays():
     mig_job = job("job-1", R.RESIDENT, unparkable="on a MIG instance")
     assert decide([mig_job, person("alice", R.WAITING)], 0, 0, PARK_AFTER) == Step(
@@ -137,6 +184,7 @@ def test_work_the_driver_cannot_park_gives_way_or_stays():
     )
     nccl = person("alice", R.RESIDENT, idle_since=0.0, unparkable="4 CUDA processes")
     assert decide([nccl, job("job-1", R.PARKED)], 0, 5000, PARK_AFTER) is None
+    assert decide([nccl, person("bob", R.WAITING)], 0, 5000, PARK_AFTER, TURN) is None
 
 
 def test_moves_the_table_does_not_allow_are_refused():

@@ -120,6 +120,51 @@ def test_parked_work_is_adopted_back_after_a_restart_beside_whoever_holds_its_gp
     assert pool.bound_to(UUIDS[0]) == []
 
 
+def test_two_people_who_allow_turns_share_a_gpu_when_no_other_will_do_and_no_third():
+    pool = Pool(UUIDS[:1])
+    alice = pool.allocate(person(1), 1, turns=True)
+    with pytest.raises(NotEnoughGPUs):
+        pool.allocate(person(2), 1)  # bob's profile has no turns
+    bob = pool.allocate(person(3), 1, turns=True)
+    assert bob.uuids == alice.uuids and bob.parked  # alice is on it: bob's turn comes
+    assert pool.holder_of(UUIDS[0]) == alice and pool.bound_to(UUIDS[0]) == [bob]
+    assert pool.usage().by_user[3] == 0  # waiting for a turn holds no GPU
+    with pytest.raises(NotEnoughGPUs):
+        pool.allocate(person(5), 1, turns=True)  # two people on a GPU at most
+    with pytest.raises(StillLent):
+        pool.restore(bob.key)
+    pool.park(alice.key)  # alice's turn is over
+    assert pool.restore(bob.key).parked is False
+    assert pool.bound_to(UUIDS[0]) == [pool.grant_of(alice.key)]
+
+
+def test_turns_are_for_one_whole_gpu_and_never_taken_while_another_gpu_is_free():
+    pool = Pool(UUIDS[:2])
+    alice = pool.allocate(person(1), 1, turns=True)
+    bob = pool.allocate(person(3), 1, turns=True)
+    assert bob.uuids != alice.uuids and not bob.parked  # the free GPU first
+    with pytest.raises(NotEnoughGPUs):
+        pool.allocate(person(5), 2, turns=True)
+    no_turns = Pool(UUIDS[:1])
+    no_turns.allocate(person(1), 1)  # alice did not ask for turns: nobody joins her
+    with pytest.raises(NotEnoughGPUs):
+        no_turns.allocate(person(3), 1, turns=True)
+
+
+def test_a_start_in_turns_goes_first_where_the_other_person_is_parked():
+    """Nobody is on that GPU (or a job is, which gives way to people): the start is on it
+    at once, and the parked person comes back in turns."""
+    pool = Pool(UUIDS[:2])
+    pool.allocate(person(1), 1, turns=True)
+    parked = pool.park(pool.allocate(person(3), 1, turns=True).key)
+    carol = pool.allocate(person(5), 1, turns=True)
+    assert carol.uuids == parked.uuids and not carol.parked
+    with pytest.raises(NotEnoughGPUs):  # no job is lent a GPU two people are bound to...
+        pool.allocate(job(7), 1)
+    pool.park(carol.key)  # ...until both are parked
+    assert pool.allocate(job(7), 1).uuids == parked.uuids
+
+
 class Parking(RuleBasedStateMachine):
     """Any mix of starts, parks, restores and ends keeps the books whole."""
 
@@ -128,13 +173,17 @@ class Parking(RuleBasedStateMachine):
         self.pool = Pool(UUIDS)
         self.first: dict[int, tuple[str, ...]] = {}  # key → the units it was created with
 
-    @rule(key=st.integers(1, 8), gpus=st.integers(1, 2))
-    def start(self, key, gpus):
+    @rule(key=st.integers(1, 8), gpus=st.integers(1, 2), turns=st.booleans())
+    def start(self, key, gpus, turns):
         if self.pool.grant_of(key) is not None:
             return
         holder = job(key) if key % 2 else person(key)
+        nothing_else = self.pool.refusal(Request(gpus=gpus)) is not None
         with contextlib.suppress(NotEnoughGPUs):
-            self.first[key] = self.pool.allocate(holder, gpus).ids
+            grant = self.pool.allocate(holder, gpus, turns=turns)
+            self.first[key] = grant.ids
+            if self.people_on(grant.ids[0]) > 1:  # in turns: only when no other GPU would do
+                assert grant.turns and gpus == 1 and nothing_else
 
     @rule(key=st.integers(1, 8))
     def park(self, key):
@@ -153,6 +202,19 @@ class Parking(RuleBasedStateMachine):
     def end(self, key):
         self.pool.release(key)
         self.first.pop(key, None)
+
+    def people_on(self, unit: str) -> int:
+        resident = self.pool.holder_of(unit)
+        bound = [*self.pool.bound_to(unit), *([resident] if resident else [])]
+        return sum(not g.holder.job for g in bound)
+
+    @invariant()
+    def two_people_at_most_on_a_gpu_both_in_turns(self):
+        for unit in UUIDS:
+            if self.people_on(unit) > 1:
+                assert self.people_on(unit) == 2
+                grants = [*self.pool.bound_to(unit), self.pool.holder_of(unit)]
+                assert all(g.turns for g in grants if g is not None and not g.holder.job)
 
     @invariant()
     def one_holder_per_gpu_and_parked_work_stays_bound_to_its_own(self):
