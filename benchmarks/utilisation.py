@@ -40,6 +40,7 @@ from simulation.report import (
     table,
     training_spread,
     training_table,
+    turns_line,
     verdict,
     write_readme,
 )
@@ -116,6 +117,7 @@ def main() -> None:
             training_table(training),
             goal(training),
             parking_goal(training),
+            turns_line(training),
             training_spread(training, SPREAD_SEEDS),
         ]
     block = "\n\n".join(part for part in parts if part)

@@ -46,6 +46,8 @@ class Outcome:
     # parking (`parking.ParkingReplay`)
     parked: Counter[str] = field(default_factory=Counter)  # parks of "jobs" and of "people"
     resume_waits: list[float] = field(default_factory=list)  # seconds: a cell run → restored
+    people_busy: int = 0  # minutes a person's server had busy work to do
+    held_back: int = 0  # of those, minutes it waited to be restored (turns, or a job parking)
 
     def record_wait(self, seconds: float, quota_held: bool) -> None:
         self.waits.append(seconds)

@@ -251,7 +251,8 @@ class Replay:
             work.due = self.now + RETRY_MINUTES * MINUTE  # a shortcut: the pool would refuse it
             return False
         try:
-            grant = self.pools[s.user].allocate(holder, Request(gpus=work.gpus), admit)
+            request = Request(gpus=work.gpus)
+            grant = self.pools[s.user].allocate(holder, request, admit, turns=self.in_turns(work))
         except (NotEnoughGPUs, LimitExceeded) as refusal:
             short = isinstance(refusal, NotEnoughGPUs)
             if short:
@@ -283,6 +284,11 @@ class Replay:
         if self.line is not None:
             self.line.granted(work.key, work.user_id, s.user, len(grant.uuids), self.now)
         return True
+
+    def in_turns(self, work: Work) -> bool:
+        """Whether its server may share a GPU with another person's, in turns (with
+        parking: `parking.ParkingReplay`)."""
+        return False
 
     def _resume(self, server: Server, work: Work) -> None:
         server.work, server.tab_open, server.last_activity = work, True, self.now

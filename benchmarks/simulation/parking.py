@@ -17,6 +17,11 @@ and people parked at their GPU-idle limit, through the real core's `Pool.park` a
 3. Parked jobs come back whenever their GPUs are free, their user's limits admit them,
    and no person's start in line could use those GPUs (people first), before waiting
    jobs are dispatched.
+4. With turns (`Policy.turns`), a person's 1-GPU start that nothing else can serve shares
+   a GPU with one other person (`Pool.allocate` with `turns`): it starts at once, parked
+   if the other is on the GPU. While both want the GPU they take turns of
+   `turn_quantum`; an idle one makes way at once. A person held back meanwhile waits
+   (a resume wait), and their busy work is slowed by as much.
 
 Bounds: parking and restoring take no simulated time (seconds, against minutes: the device
 check measures them) and never fail; host memory is not limited (`park_memory_limit`).
@@ -50,9 +55,24 @@ class ParkingReplay(JobsReplay):
         self.parked_people: dict[int, float] = {}  # server key → since
         self.waking: dict[int, float] = {}  # server key → since when its person waits
         self.at_limit: set[int] = set()  # people parked at their GPU-idle limit (not for a job)
+        self.on_gpu: dict[int, float] = {}  # person's server key → since when it is resident
 
     # --- jobs -------------------------------------------------------------------------
     def grant(self, work: Work) -> bool:
+        if not self._grant(work):
+            return False
+        if not self.is_run(work):
+            grant = self.pool.grant_of(work.key)
+            if grant is not None and grant.parked:  # in turns: the other person is on it
+                self.parked_people[work.key] = self.now
+            else:
+                self.on_gpu[work.key] = self.now
+        return True
+
+    def in_turns(self, work: Work) -> bool:
+        return self.policy.turns and work.gpus == 1 and not self.is_run(work)
+
+    def _grant(self, work: Work) -> bool:
         """A person's start held by their own GPU limit parks their own running jobs, the
         most recently started first, until it fits: parking loses nothing, so nobody waits
         for their own jobs."""
@@ -165,8 +185,9 @@ class ParkingReplay(JobsReplay):
         """On each GPU parked work is bound to, the moves `core.parking.decide` says."""
         for unit_id in sorted(self._bound_units()):
             for _ in range(MOVES_PER_MINUTE):
-                step = decide(self._bound(unit_id), ROOM, self.now, PARK_AFTER)
-                if step is None or not self._move(step):
+                bound = self._bound(unit_id)
+                step = decide(bound, ROOM, self.now, PARK_AFTER, self.policy.turn_quantum)
+                if step is None or not self._move(step, bound):
                     break
 
     def _bound(self, unit_id: str) -> list[Bound]:
@@ -175,7 +196,8 @@ class ParkingReplay(JobsReplay):
         if resident is not None and not resident.stopping:
             job = resident.holder.job
             idle = None if job else self.idle.idle_since.get(resident.key)
-            bound.append(Bound(str(resident.key), not job, R.RESIDENT, 0.0, idle_since=idle))
+            since = self.on_gpu.get(resident.key, 0.0)
+            bound.append(Bound(str(resident.key), not job, R.RESIDENT, since, idle_since=idle))
         for grant in self.pool.bound_to(unit_id):
             key, job = grant.key, grant.holder.job
             since = (self.parked_jobs if job else self.parked_people)[key]
@@ -187,14 +209,15 @@ class ParkingReplay(JobsReplay):
         """People first: not while a start in line could use the job's GPUs."""
         return not self.wanted_by(self.people_short(), self.by_key[key])
 
-    def _move(self, step: Step) -> bool:
+    def _move(self, step: Step, bound: list[Bound]) -> bool:
         """Parks or restores the grant `step` names; False if the pool refused."""
         key = int(step.holder)
         job = self.by_key.get(key)
         if step.action == "park" and job is not None:
             self._park_job(job)
         elif step.action == "park":
-            self._park_person(key)
+            turn = any(b.person and b.wants and b.residency is R.PARKED for b in bound)
+            self._park_person(key, why="turns" if turn else "people")
         elif step.action == "restore" and job is not None:
             try:
                 self.pool.restore(key, job.limits.admit)
@@ -210,17 +233,20 @@ class ParkingReplay(JobsReplay):
             del self.parked_people[key]
             self.at_limit.discard(key)
             self.idle.forget(key)  # back because a cell runs: its GPU is not idle
+            self.on_gpu[key] = self.now
             self.out.resume_waits.append(self.now - self.waking.pop(key))
         else:
             return False  # "give way", "start": nothing here is unparkable or starting
         return True
 
-    def _park_person(self, key: int, at_limit: bool = False) -> None:
+    def _park_person(self, key: int, at_limit: bool = False, why: str = "people") -> None:
+        """`why`: "people" (its GPU idle, for a job), or "turns" (for another person)."""
         self.pool.park(key)
         self.parked_people[key] = self.now
+        self.on_gpu.pop(key, None)
         if at_limit:
             self.at_limit.add(key)
-        self.out.parked["people"] += 1
+        self.out.parked[why] += 1
 
     def _verdict(self, server: Server) -> str | None:
         if server.key not in self.parked_people:
@@ -239,12 +265,22 @@ class ParkingReplay(JobsReplay):
 
     def stop(self, server: Server) -> None:
         self.parked_people.pop(server.key, None)
+        self.on_gpu.pop(server.key, None)
         self.waking.pop(server.key, None)
         self.at_limit.discard(server.key)
         super().stop(server)
 
     def works(self, server: Server) -> bool:
         return server.key not in self.waking  # its person waits for it to be restored
+
+    def advance(self) -> None:
+        """Busy minutes of people, and of those, the ones spent waiting to be restored."""
+        for server in self.servers.values():
+            work = server.work
+            if work is not None and not self.is_run(work) and work.segment_now().busy:
+                self.out.people_busy += 1
+                self.out.held_back += server.key in self.waking
+        super().advance()
 
     def tally(self) -> tuple[int, int, int]:
         held, busy, wanted = super().tally()

@@ -26,6 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from gpuspawner.core.culling import Busyness
+from gpuspawner.core.parking import TURN_QUANTUM
 
 from .site import Site
 
@@ -42,6 +43,8 @@ class Policy:
     grace: float | None = None  # jobs' preempt_grace in seconds, instead of the site's
     parking: bool = False  # jobs park for people, people park at their GPU-idle limit
     parks_nccl: bool = False  # with parking: multi-GPU (NCCL) runs park too (no driver yet)
+    turns: bool = False  # with parking: two people's 1-GPU servers may share a GPU in turns
+    turn_quantum: float = TURN_QUANTUM  # seconds: a person's turn while both want the GPU
 
 
 def policies(site: Site) -> tuple[Policy, ...]:
@@ -81,7 +84,8 @@ def training_policies(site: Site) -> tuple[Policy, ...]:
     and with one of a minute (what moves people's waits: a start that makes a job give way
     waits for its grace to run out, at most), and as jobs that park instead (issue #29):
     multi-GPU runs (NCCL programs, which today's driver cannot checkpoint) giving way by
-    SIGTERM, and, for what a driver that could would give, parking too."""
+    SIGTERM, and, for what a driver that could would give, parking too; and parking with
+    turns between people (`turn_quantum`), an admin's choice."""
     return (
         Policy(
             "runs as servers: pool + GPU-aware culling (shipped)",
@@ -92,10 +96,20 @@ def training_policies(site: Site) -> tuple[Policy, ...]:
         with_jobs(site, grace=60.0),
         with_parking(site),
         replace(with_parking(site), name=f"{with_parking(site).name}, NCCL too", parks_nccl=True),
+        with_turns(site),
     )
 
 
 def with_parking(site: Site) -> Policy:
     return replace(
         with_jobs(site), name="pool + queue + GPU-aware culling + jobs + parking", parking=True
+    )
+
+
+def with_turns(site: Site) -> Policy:
+    parking = with_parking(site)
+    return replace(
+        parking,
+        name=f"{parking.name} + turns of {parking.turn_quantum / 60:.0f} min",
+        turns=True,
     )

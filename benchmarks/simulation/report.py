@@ -196,6 +196,29 @@ def parking_goal(results: Sequence[Result]) -> str:
     )
 
 
+def turns_line(results: Sequence[Result]) -> str:
+    """What turns between people (an admin's choice) give and cost, against parking alone."""
+    turns = next((r for r in results if r.policy.turns), None)
+    alone = next((r for r in results if r.policy.parking and not r.policy.parks_nccl), None)
+    if turns is None or alone is None:
+        return ""
+    o, a = turns.outcome, alone.outcome
+    gpu_hours = o.gpus * o.minutes / 60
+    slowed = o.held_back / o.people_busy if o.people_busy else 0.0
+    return (
+        f"With turns between people ({turns.policy.name}): interactive p95 first-start wait "
+        f"{wait(o.wait(0.95))}, longest {wait(o.longest_wait)} (parking alone: "
+        f"{wait(a.wait(0.95))}, longest {wait(a.longest_wait)}); p95 resume wait "
+        f"{wait(o.resume_wait(0.95))}, longest {wait(max(o.resume_waits, default=0))}, over "
+        f"{len(o.resume_waits)} returns (parking alone: {wait(a.resume_wait(0.95))}); people's "
+        f"busy work slowed by {slowed * 100:.1f} % (minutes waiting for their turn or a "
+        f"restore, of their busy minutes); {o.parked['turns']} turns handed over, "
+        f"{o.parked['turns'] / gpu_hours if gpu_hours else 0:.2f} park/restore pairs per "
+        f"GPU-hour; machine busy {percent(o.machine_busy_share)}, "
+        f"{o.run_lost / 60:.1f} job GPU-hours lost."
+    )
+
+
 def _met(met: bool) -> str:
     return "met" if met else "not met"
 

@@ -5,7 +5,7 @@ from dataclasses import replace
 from datetime import timedelta
 
 from simulation.parking import MAX_PARKED
-from simulation.policies import with_jobs, with_parking
+from simulation.policies import with_jobs, with_parking, with_turns
 from simulation.week import replay_week
 from test_utilisation_jobs import DAY, EIGHT, person, run, site
 
@@ -85,3 +85,37 @@ def test_a_job_that_cannot_park_takes_the_gpus_of_people_parked_at_their_gpu_idl
     replayed = replay_week(left_open, [job], hub, with_parking(hub), minutes=DAY)
     assert replayed.culls["parked, its GPU needed"] == 2 and replayed.interrupted == 0
     assert replayed.turnarounds == [(10 * 60 + 1 - (8 * 60 + 10)) * MINUTE]
+
+
+def test_with_turns_a_second_person_starts_at_once_and_both_take_turns_of_five_minutes():
+    """One GPU; alice works 30 min from 8:00, bob 30 min from 8:10. Without turns bob waits
+    20 min for alice's end. With turns he starts at once: alice, on the GPU for 10 min, is
+    parked for him, and from then on they swap every 5 min while both work (8 handovers:
+    8:10, 8:15, ... 8:45), each waiting a turn (4 min for the first, who asks a minute
+    after being parked). Alice's last turn ends her work at 8:50, bob's at 9:00: the time
+    both spend on the GPU is the same; who waits is shared."""
+    hub = site()
+    alice = person("alice", "B30", EIGHT)
+    bob = person("bob", "B30", EIGHT + timedelta(minutes=10))
+    alone = replay_week([alice, bob], [], hub, with_parking(hub), minutes=DAY)
+    assert alone.waits == [0, 20 * MINUTE] and alone.resume_waits == []
+    turns = replay_week([alice, bob], [], hub, with_turns(hub), minutes=DAY)
+    assert turns.waits == [0, 0]
+    assert turns.parked == {"turns": 8} and turns.interrupted == 0
+    assert turns.resume_waits == [0, 4 * MINUTE, *[5 * MINUTE] * 6, 4 * MINUTE]
+    # 38 of their 98 busy minutes were spent waiting for a turn (60 minutes of work)
+    assert (turns.held_back, turns.people_busy) == (38, 98)
+
+
+def test_with_turns_an_idle_person_makes_way_at_once_and_has_the_gpu_back_when_free():
+    """Alice works 10 min, is idle an hour (her server stays), works 10 more; bob asks at
+    8:20 for 30 min. Without turns he waits until her server ends at 9:20; with turns her
+    idle kernel is parked as he starts, and when she runs a cell at 9:10 bob has gone."""
+    hub = site()
+    alice = person("alice", "B10 I60 B10", EIGHT)
+    bob = person("bob", "B30", EIGHT + timedelta(minutes=20))
+    alone = replay_week([alice, bob], [], hub, with_parking(hub), minutes=DAY)
+    assert alone.waits == [0, 60 * MINUTE]
+    turns = replay_week([alice, bob], [], hub, with_turns(hub), minutes=DAY)
+    assert turns.waits == [0, 0] and turns.resume_waits == [0, 0]
+    assert turns.parked == {"turns": 1} and turns.held_back == 0
