@@ -100,6 +100,10 @@ def test_a_notebook_job_runs_on_exactly_its_gpus_and_keeps_its_output(hub):
     )
     assert len(free(hub)) == 2 and job(hub, "bob", submitted["id"])["state"] == "done"
     assert "raise refused_start(" not in hub.log()  # a refusal, not a fault: no traceback
+    hub.wait_for(  # the refused start made the server again: it leaves Home as well
+        lambda: running["server"] not in servers_on_home(hub, "bob"),
+        what="the server the refused start made removed",
+    )
 
 
 def test_a_failed_notebook_job_keeps_its_error_and_gives_its_gpu_back(hub):

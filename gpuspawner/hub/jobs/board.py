@@ -65,6 +65,7 @@ class JobBoard(Restoring):
         self._waiting_since: dict[int, float] = {}  # by job id, since giving way (else submitted)
         self._open = False  # jobs start only once the hub runs (its proxy routes to them)
         self._shutting_down = False
+        self._removing = False  # ended jobs' servers are being removed (`tick`)
 
     def open(self) -> None:
         """The hub runs: start what waits."""
@@ -76,6 +77,22 @@ class JobBoard(Restoring):
         stops (cleanup_servers) waits for the next hub rather than failing."""
         self._open = False
         self._shutting_down = True
+
+    async def _remove_ended_servers(self) -> None:
+        """An ended job's named server leaves JupyterHub once stopped: its user's Home lists
+        no server that cannot start again. Every such server, whenever it was left: when its
+        job ended, before this hub (or a gpuspawner that kept them), or made again by a
+        start by hand that was refused. The job's record and outputs stay."""
+        try:
+            for user_id, server in self.launcher.named_servers(SERVER_PREFIX):
+                if self.is_job(user_id, server) or not self.job_server(user_id, server):
+                    continue  # a job that will run (again), or a person's own server
+                try:
+                    await self.launcher.remove(user_id, server)  # (not while it stops)
+                except Exception:
+                    self.log.exception("gpuspawner: removing %s's server failed", server)
+        finally:
+            self._removing = False
 
     # --- what others read ---------------------------------------------------------------
     def gpu_use(self, job: Job) -> list[GPUUse]:
@@ -195,7 +212,8 @@ class JobBoard(Restoring):
     def tick(self, now: float) -> None:
         """Each monitor tick: a job past its max_runtime is stopped, its outputs kept; ended
         jobs' stopped servers are removed."""
-        if self._ended_servers:
+        if not self._removing:
+            self._removing = True
             self._spawn(self._remove_ended_servers())
         for job in list(self._jobs.values()):
             if job.state is not JobState.RUNNING or job.started is None:

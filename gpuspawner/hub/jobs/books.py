@@ -1,5 +1,5 @@
 """The jobs as the board keeps them: each change of state written down at once, counted,
-and carried out (a final job's server stopped, then removed); the board's tasks kept until
+and carried out (a final job's server stopped); the board's tasks kept until
 done."""
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ class JobBooks:
         self.broker, self.launcher, self.record, self.log = broker, launcher, record, log
         self._jobs: dict[int, Job] = {job.id: job for job in record.unfinished()}
         self._ending: dict[tuple[int, str], Job] = {}  # ended jobs whose container is not gone
-        self._ended_servers: set[tuple[int, str]] = set()  # to leave users' Home once stopped
         self._tasks: set[asyncio.Task[None]] = set()
 
     def jobs_of(self, user_id: int, limit: int = 100) -> list[Job]:
@@ -60,23 +59,9 @@ class JobBooks:
         moved = self._save(job.but(state=state, **changes))
         if moved.final:
             JOBS_ENDED.labels(str(state)).inc()
-            self._ended_servers.add((job.user_id, job.server))
             if job.state in HOLDING:
                 self._ending[(job.user_id, job.server)] = moved  # its run ends when it is gone
         return moved
-
-    async def _remove_ended_servers(self) -> None:
-        """An ended job's named server leaves JupyterHub once stopped: its user's Home lists
-        no server that cannot start again. The job's record and outputs stay."""
-        ended, self._ended_servers = self._ended_servers, set()
-        for user_id, server in ended:
-            try:
-                removed = await self.launcher.remove(user_id, server)
-            except Exception:
-                self.log.exception("gpuspawner: removing %s's server failed", server)
-                continue
-            if not removed:  # still running or stopping: at a later tick
-                self._ended_servers.add((user_id, server))
 
     def _count_run(self, job: Job, grant: Grant, now: float, end: str) -> None:
         if job.started is not None:

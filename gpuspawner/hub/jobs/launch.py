@@ -15,6 +15,8 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from jupyterhub import orm
+
 from ...core.pool import Grant
 from ...records.jobs import Job
 
@@ -81,6 +83,13 @@ class Launcher:
         if spawner is not None and spawner.ready:
             await self.app.proxy.delete_user(user, server)
             await user.stop(server)
+
+    def named_servers(self, prefix: str) -> list[tuple[int, str]]:
+        """(user id, name) of every named server whose name starts with `prefix`."""
+        rows = self.app.db.query(orm.Spawner.user_id, orm.Spawner.name).filter(
+            orm.Spawner.name.startswith(prefix)
+        )
+        return [(int(user_id), str(name)) for user_id, name in rows]
 
     async def remove(self, user_id: int, server: str) -> bool:
         """Remove the user's named server `server` from JupyterHub, as its REST API's
