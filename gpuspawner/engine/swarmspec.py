@@ -105,6 +105,23 @@ def isolate_service(
     return kwargs
 
 
+def job_service(
+    service_kwargs: Mapping[str, Any], grace: float, more_labels: Mapping[str, str]
+) -> dict[str, Any]:
+    """A job's service (after `isolate_service`): SIGTERM, then `grace` seconds before
+    SIGKILL (its task's StopGracePeriod), and `more_labels` on the service and its
+    container, as a job's container has them on one host."""
+    kwargs = copy.deepcopy(dict(service_kwargs))
+    template = dict(kwargs.get("task_template") or {})
+    spec = dict(_get(template, "ContainerSpec") or {})
+    _put(spec, "StopGracePeriod", int(grace * 1_000_000_000))  # nanoseconds
+    _put(spec, "Labels", {**(_get(spec, "Labels") or {}), **more_labels})
+    _put(template, "ContainerSpec", spec)
+    kwargs["task_template"] = template
+    kwargs["labels"] = {**(kwargs.get("labels") or {}), **more_labels}
+    return kwargs
+
+
 def _get(spec: Mapping[str, Any], key: str) -> Any:
     """A field as dockerd reads it, whatever its spelling (the last spelling wins)."""
     found = None

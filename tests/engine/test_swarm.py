@@ -14,6 +14,7 @@ from gpuspawner.core.units import bare
 from gpuspawner.engine.swarm import SwarmEngine, SwarmNode, holds, read_node, task_seen
 from gpuspawner.engine.swarmspec import (
     isolate_service,
+    job_service,
     pinned_node,
     service_escapes,
     spec_reach,
@@ -301,6 +302,22 @@ def test_what_isolate_service_writes_reads_back_as_exactly_the_grant():
         reached = spec_reach(isolated["task_template"])
         assert reached == Reach(frozenset({"GPU-a", "GPU-b"}))
         assert pinned_node(isolated["task_template"]) == NODE_ID
+
+
+def test_a_jobs_task_is_stopped_with_its_grace_and_labelled_and_still_holds_only_its_gpus():
+    isolated = isolate_service(
+        service_kwargs(stop_grace_period=10), GPU_GRANT, HUB, NODE_ID, volume_mounts=False
+    )
+    job = job_service(isolated, 7.5, {"gpuspawner.job": "42"})
+    spec = job["task_template"]["ContainerSpec"]
+    assert spec["StopGracePeriod"] == 7_500_000_000  # nanoseconds, as dockerd reads it
+    assert "stop_grace_period" not in spec  # the config's spelling replaced, not beside it
+    for labels in (job["labels"], spec["Labels"]):
+        assert labels["gpuspawner.job"] == "42"
+        assert labels["gpuspawner.gpus"] == "GPU-a,GPU-b"
+    assert spec_reach(job["task_template"]) == Reach(frozenset({"GPU-a", "GPU-b"}))
+    assert pinned_node(job["task_template"]) == NODE_ID
+    assert "StopGracePeriod" not in isolated["task_template"]["ContainerSpec"]  # a copy
 
 
 def node_json(node_id, hostname, state="ready", availability="active", manager=False):

@@ -15,10 +15,12 @@ from pathlib import Path
 
 import pytest
 from docker.types import EndpointSpec, Mount, ServiceMode
+from jobkit import TRAIN, submit, wait_state
 from realhub import NOTEBOOK_IMAGE, Hub
 from swarmbed import NODES, SOCKETS, Swarm, wait_for
 
 import gpuspawner
+from gpuspawner.engine.docker import LABEL_JOB
 from gpuspawner.engine.swarmspec import DEVICE_MOUNT_ROOT
 
 pytestmark = [pytest.mark.swarm, pytest.mark.docker]
@@ -43,9 +45,12 @@ c.SwarmGPUSpawner.agent_token = {AGENT_TOKEN!r}
 c.GPUSpawner.profiles = [
     {{"display_name": "1 GPU", "slug": "gpu-1", "gpus": 1, "default": True,
       "spawner_override": {LIGHT!r}}},
+    {{"display_name": "Training", "slug": "train", "gpus": 1}},  # a job's: its own server
 ]
+c.GPUSpawner.group_limits = {{"trainers": {{"max_jobs": 1, "preempt_grace": 7}}}}
 """
 USERS = [f"u{n}" for n in range(1, 14)]
+TRAINER = "u14"  # submits jobs
 MANAGER = f"unix://{SOCKETS}/n1.sock"
 
 
@@ -77,7 +82,7 @@ def load(swarm: Swarm, tmp_path_factory) -> Iterator[Path]:
 def hub(swarm: Swarm, hub_factory, load: Path) -> Iterator[Hub]:
     assert all(len(swarm.gpus(n)) == 4 for n in NODES), "the bed runs 4 GPUs per node"
     hub = hub_factory(CONFIG, env={"DOCKER_HOST": MANAGER})
-    hub.add_users(*USERS)
+    hub.add_users(*USERS, TRAINER, groups={"trainers": [TRAINER]})
     yield hub
     hub.stop()  # its servers' services go with it (cleanup_servers)
     for service in swarm.manager.services.list(filters={"name": hub.prefix}):
@@ -229,3 +234,41 @@ def test_doctor_has_a_line_per_node_and_its_agent(swarm: Swarm, hub: Hub):
     for node in NODES:
         assert any(f"Node {node}:" in line for line in lines), doctor.stdout
         assert f"PASS  Agent on {node}: answers for 4 GPU(s), all healthy" in lines
+
+
+def test_a_job_runs_on_a_node_and_has_its_grace_between_sigterm_and_sigkill(swarm: Swarm, hub: Hub):
+    """A job on a swarm: its service starts on a node (create_service once refused the
+    container's stop_timeout, and every job failed there), its container holds exactly its
+    GPU and has the group's preempt_grace (7 s) before SIGKILL; cancelled, its script gets
+    SIGTERM and saves its checkpoint. Homes are each node's own, so the script is put in
+    the trainer's home on every node."""
+    for node in NODES:
+        swarm.clients[node].containers.run(
+            NOTEBOOK_IMAGE,
+            ["sh", "-c", f"cat > train.py <<'EOF'\n{TRAIN}\nEOF"],
+            entrypoint=[],
+            volumes={hub.home_of(TRAINER): {"bind": "/home/jovyan", "mode": "rw"}},
+            remove=True,
+        )
+    submitted = submit(hub, TRAINER, profile="train", script="train.py")
+    running = wait_state(hub, TRAINER, submitted["id"], "running")
+    (service,) = swarm.manager.services.list(filters={"label": f"{LABEL_JOB}={submitted['id']}"})
+    (task,) = [t for t in service.tasks() if t["DesiredState"] == "running"]
+    (node,) = [n for n in NODES if swarm.clients[n].info()["Swarm"]["NodeID"] == task["NodeID"]]
+    grace = service.attrs["Spec"]["TaskTemplate"]["ContainerSpec"]["StopGracePeriod"]
+    assert grace == 7_000_000_000  # nanoseconds: swarm stops the task with it, not the default 10 s
+    container = container_on(swarm, node, task)
+    assert container["Config"]["Labels"][LABEL_JOB] == str(submitted["id"])
+    assert container["Config"]["Env"].count(f"NVIDIA_VISIBLE_DEVICES={running['gpus'][0]}") == 1
+
+    cancelled = hub.api("DELETE", f"/users/{TRAINER}/gpu-jobs/{submitted['id']}")
+    assert cancelled.status_code == 200, cancelled.text
+    wait_for(lambda: row(hub, running["gpus"][0])["state"] == "free", "the job's GPU back", 90)
+    saved = swarm.clients[node].containers.run(
+        NOTEBOOK_IMAGE,
+        ["cat", "checkpoint.txt"],
+        entrypoint=[],
+        volumes={hub.home_of(TRAINER): {"bind": "/home/jovyan", "mode": "ro"}},
+        remove=True,
+    )
+    assert saved.decode() == "saved\n"  # SIGTERM, and time to save: not a SIGKILL

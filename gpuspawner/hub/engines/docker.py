@@ -27,6 +27,7 @@ from ...devices.source import GPUSource
 from ...engine import storage
 from ...engine.base import Engine
 from ...engine.docker import LABEL_JOB, DockerEngine, isolate
+from ..jobs.launch import Launch
 from ..refusals import failed_start
 from ..server import GPUServer
 from .liveness import DockersWord
@@ -157,9 +158,8 @@ class GPUSpawner(GPUServer, DockersWord, DockerSpawner):
                 isolated = self.isolate(kwargs, grant)
             except UnsafeContainerConfig as unsafe:
                 raise failed_start(str(unsafe), "config", 500) from None
-            if begun.job is not None:  # SIGTERM, then this long to save a checkpoint
-                isolated["stop_timeout"] = math.ceil(begun.job.grace)
-                isolated["labels"] = {**isolated["labels"], LABEL_JOB: str(begun.job.job.id)}
+            if begun.job is not None:
+                isolated = self.for_job(isolated, begun.job)
             return self._docker(method, *args, **isolated)
 
         # Kept until the server ends: a cancelled start must wait for this create to finish
@@ -172,3 +172,11 @@ class GPUSpawner(GPUServer, DockersWord, DockerSpawner):
         """The create call's arguments with exactly the grant's GPUs (`engine.docker.isolate`);
         in a worker thread. UnsafeContainerConfig for a config that reaches more."""
         return isolate(create_kwargs, grant, self.prefix)
+
+    def for_job(self, create_kwargs: dict[str, Any], launch: Launch) -> dict[str, Any]:
+        """A job's container: SIGTERM, then its grace to save a checkpoint; its id labelled."""
+        return {
+            **create_kwargs,
+            "stop_timeout": math.ceil(launch.grace),
+            "labels": {**create_kwargs["labels"], LABEL_JOB: str(launch.job.id)},
+        }

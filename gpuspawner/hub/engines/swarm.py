@@ -33,7 +33,10 @@ from ...core.pool import Grant
 from ...devices.source import GPUSource
 from ...devices.swarm import TOKEN_VARIABLE, AgentAccess, SwarmSource
 from ...engine.base import Engine
+from ...engine.docker import LABEL_JOB
 from ...engine.swarm import HOLDING, SwarmEngine, SwarmNode, isolate_service, read_node
+from ...engine.swarmspec import job_service
+from ..jobs.launch import Launch
 from .docker import GPUSpawner
 
 
@@ -114,6 +117,10 @@ class SwarmGPUSpawner(GPUSpawner, SwarmSpawner):
                 mode="dnsrr", ports={None: (self.port, "tcp", "host")}
             )
         return isolated
+
+    def for_job(self, create_kwargs: dict[str, Any], launch: Launch) -> dict[str, Any]:
+        """A job's service: its task gets the job's grace between SIGTERM and SIGKILL."""
+        return job_service(create_kwargs, launch.grace, {LABEL_JOB: str(launch.job.id)})
 
     def _node(self, hostname: str) -> SwarmNode:
         for node in SwarmEngine(self.client).nodes():
