@@ -251,8 +251,8 @@ class Replay:
             work.due = self.now + RETRY_MINUTES * MINUTE  # a shortcut: the pool would refuse it
             return False
         try:
-            request = Request(gpus=work.gpus)
-            grant = self.pools[s.user].allocate(holder, request, admit, turns=self.in_turns(work))
+            request = Request(gpus=work.gpus, turns=self.in_turns(work))
+            grant = self.pools[s.user].allocate(holder, request, admit)
         except (NotEnoughGPUs, LimitExceeded) as refusal:
             short = isinstance(refusal, NotEnoughGPUs)
             if short:

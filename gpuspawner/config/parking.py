@@ -13,6 +13,7 @@ from typing import Any
 from traitlets import Bool, Enum, Float, HasTraits, TraitError, Unicode, validate
 
 from ..core.errors import GPUConfigError
+from ..core.parking import TURN_QUANTUM
 from ..core.units import parse_memory
 from ..devices.checkpoint import CheckpointDriver, CheckpointError, CudaDriver
 from ..devices.simulated import SimulatedSource
@@ -68,12 +69,23 @@ class ParkingSettings(HasTraits):
         0. Example: `c.GPUSpawner.park_after = 5 * 60`.""",
     )
 
-    @validate("park_after")
+    turn_quantum = Float(
+        TURN_QUANTUM,
+        config=True,
+        help="""With parking and a profile's `turns`: seconds of a person's turn on a GPU
+        they share in turns with one other person. While both run work on it, each has
+        the GPU this long, then is parked (work kept in host memory) for the other; a
+        person whose GPU is idle is parked at once when the other runs a cell. Shorter
+        turns mean shorter waits for a cell, and more time spent moving memory. More
+        than 0. Example: `c.GPUSpawner.turn_quantum = 10 * 60`.""",
+    )
+
+    @validate("park_after", "turn_quantum")
     def _positive_seconds(self, proposal: Any) -> float:
         value = proposal.value
         if not 0 < value < math.inf:
             raise TraitError(
-                f"c.GPUSpawner.park_after must be a number of seconds > 0, got {value!r}"
+                f"c.GPUSpawner.{proposal.trait.name} must be a number of seconds > 0, got {value!r}"
             )
         return float(value)
 

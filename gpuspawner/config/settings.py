@@ -265,7 +265,9 @@ class GPUSettings(ParkingSettings, HasTraits):
         pattern such as "*A100*"), `min_gpu_memory` (such as "40G") and `nodes`
         (the machines it may run on, such as ["gpu-new-1"]: where one pool spans
         several; a machine not there now is no error, and a user's groups'
-        `nodes` apply too). Empty:
+        `nodes` apply too). `turns` (True, on a 1-GPU profile, with `parking`): when no
+        GPU is free, share one with one other person in turns of `turn_quantum`
+        (docs/parking.md). Empty:
         CPU only, 1, 2, 4 and all whole GPUs, one MIG instance of each profile the
         machine has, a shared slot if any GPU is shared. Example::
 

@@ -94,16 +94,16 @@ class Pool(Books):
         admit: Admission | None = None,
         borrows: bool = True,
         keep: frozenset[str] = frozenset(),
-        turns: bool = False,
     ) -> Grant:
         """Take what `request` asks for (a number: whole GPUs) for a server, after `admit`
         (which may raise; a user's `UserLimits.admit`) agrees to its weight. Limits are
         decided before capacity, so a request over a limit is told so even when nothing is
         free. `borrows`: whether it may be lent parked work's GPUs (`_choose_for`); False
         for a job that cannot be parked, as it could not give them back at once. `keep`:
-        units it must not be given (a parked person's who wants them back). `turns`: a
-        person's start of one GPU that may share it in turns (`_turn_on`) when nothing
-        else will do: bound to a GPU another person is on, it starts parked."""
+        units it must not be given (a parked person's who wants them back). A person's
+        start of one GPU that allows turns (`Request.in_turns`) may share one in turns
+        (`_turn_on`) when nothing else will do (no GPU free, none a job could give way
+        on): bound to a GPU another person is on, it starts parked."""
         if isinstance(request, int):
             request = Request(gpus=request)
         with self._lock:
@@ -115,7 +115,7 @@ class Pool(Books):
                 chosen = self._choose_for(request, holder.job, borrows, keep)
             except NotEnoughGPUs as refusal:
                 chosen, short = (), refusal
-                if turns and not holder.job:
+                if request.in_turns and not holder.job and not self._jobs_on(request):
                     chosen = self._turn_on(request, keep)
                     short = None if chosen else refusal
             weight = sum((u.weight for u in chosen), Fraction(0))
@@ -125,6 +125,7 @@ class Pool(Books):
             if short is not None:
                 raise short
             waits = any(u.id in self._holder_of for u in chosen)  # its turn comes
+            turns = request.in_turns and not holder.job
             grant = Grant(holder, chosen, self._clock(), quota_group, parked=waits, turns=turns)
             if chosen:  # a CPU-only server holds nothing to keep books of
                 self._record(grant)
@@ -143,12 +144,14 @@ class Pool(Books):
 
     def refusal(self, request: Request) -> NotEnoughGPUs | None:
         """What allocating `request` for a person now would be refused with for want of
-        units (limits aside), without taking anything: for the spawn form."""
+        units (limits aside), without taking anything: for the spawn form. A start that
+        would share a GPU in turns is not refused."""
         with self._lock:
             try:
                 self._choose_for(request, job=False)
             except NotEnoughGPUs as short:
-                return short
+                turns = request.in_turns and not self._jobs_on(request)
+                return None if turns and self._turn_on(request, frozenset()) else short
             return None
 
     def fits_if_freed(
@@ -196,18 +199,35 @@ class Pool(Books):
         1-GPU server is bound to, resident or parked, which allows turns too. Those with
         that person parked first (nobody is on the GPU, or a job it gives way to); () if
         none will do."""
-        if request.kind is None or not request.kind.facts.whole or request.count != 1:
+        if not request.in_turns:
             return ()
         partners = []
         for unit in self._units.values():
             if unit.id in keep or not request.matches(unit) or self._unusable(unit):
                 continue
-            keys = [*self._bound.get(unit.id, ()), self._holder_of.get(unit.id)]
-            people = [self._grants[k] for k in keys if k is not None]
-            people = [g for g in people if not g.holder.job]
-            if len(people) == 1 and people[0].turns and not people[0].stopping:
-                partners.append((not people[0].parked, unit))
+            partner = self._turn_partner(unit)
+            if partner is not None:
+                partners.append((not partner.parked, unit))
         return (min(partners, key=lambda p: p[0])[1],) if partners else ()
+
+    def _jobs_on(self, request: Request) -> bool:
+        """Whether a job runs on a GPU `request` could have: it gives way to a person's
+        start, before two people would share a GPU in turns."""
+        return any(
+            request.matches(unit) and (held := self._grants.get(key)) and held.holder.job
+            for unit_id, key in self._holder_of.items()
+            if (unit := self._units.get(unit_id)) is not None
+        )
+
+    def _turn_partner(self, unit: Unit) -> Grant | None:
+        """The one person's server bound to this GPU, if it allows turns and is not stopping:
+        another person may join it in turns. None where no person's, or two, are."""
+        keys = [*self._bound.get(unit.id, ()), self._holder_of.get(unit.id)]
+        people = [self._grants[k] for k in keys if k is not None]
+        people = [g for g in people if not g.holder.job]
+        if len(people) == 1 and people[0].turns and not people[0].stopping:
+            return people[0]
+        return None
 
     def _unusable(self, unit: Unit) -> bool:
         """Unhealthy, on an unreachable machine, or used outside the hub."""
@@ -253,13 +273,17 @@ class Pool(Books):
         since: float | None = None,
         quota_group: str | None = None,
         parked: bool = False,
+        turns: bool = False,
     ) -> Grant:
         """Record units a running server already holds (recovery after a hub restart), or
         is bound to while `parked` (the driver's word).
 
         Unlike `allocate`, adopting takes unhealthy or externally used units too:
         the container has them whatever the books say. Units held by another
-        server are refused: AlreadyHolding names them. Unknown ids are skipped.
+        server are refused: AlreadyHolding names them, unless both are people's servers
+        in `turns` on one GPU: the one adopted second is then parked (the driver parks no
+        work it has not run; if its processes are on the GPU, it wakes). Unknown ids are
+        skipped.
         """
         with self._lock:
             wanted = tuple(self._units[i] for i in dict.fromkeys(ids) if i in self._units)
@@ -268,11 +292,13 @@ class Pool(Books):
                 for u in wanted
                 if not parked and self._holder_of.get(u.id, holder.spawner_id) != holder.spawner_id
             }
+            if taken and turns and len(wanted) == 1 and self._turn_partner(wanted[0]):
+                taken, parked = {}, True
             if taken:
                 raise AlreadyHolding(f"{holder.name} claims GPUs held by others: {taken}")
             self._forget(holder.spawner_id)
             when = self._clock() if since is None else since
-            grant = Grant(holder, wanted, when, quota_group, parked=parked)
+            grant = Grant(holder, wanted, when, quota_group, parked=parked, turns=turns)
             if wanted:
                 self._record(grant)
             return grant

@@ -38,6 +38,7 @@ PROFILE_KEYS = (
     "gpu_model",
     "min_gpu_memory",
     "nodes",
+    "turns",
     "spawner_override",
 )
 KINDS_FIX = (
@@ -69,6 +70,7 @@ class Profile:
     gpu_model: str = ""
     min_gpu_memory: int = 0
     nodes: frozenset[str] | None = None  # the machines it may run on; None: any
+    turns: bool = False  # when every GPU is taken, share one with one other person in turns
 
     @property
     def request(self) -> Request:
@@ -80,6 +82,7 @@ class Profile:
             self.gpu_model,
             self.min_gpu_memory,
             nodes=self.nodes,
+            turns=self.turns,
         )
 
 
@@ -164,6 +167,7 @@ def _parse_profile(entry: Any, position: int, units: Sequence[Unit]) -> Profile:
         gpu_model=request.gpu_model,
         min_gpu_memory=request.min_gpu_memory,
         nodes=nodes,
+        turns=request.turns,
     )
 
 
@@ -199,7 +203,15 @@ def _request(entry: Mapping[str, Any], where: str) -> Request:
             f"{where}: gpu_model and min_gpu_memory choose among GPUs, but this profile asks "
             f"for none; {KINDS_FIX}"
         )
-    return Request(gpus, mig, shared, model, memory)
+    turns = entry.get("turns", False)
+    if not isinstance(turns, bool):
+        raise ProfileConfigError(f"{where}: turns must be true or false, got {turns!r}")
+    if turns and (gpus != 1 or mig or shared):
+        raise ProfileConfigError(
+            f"{where}: turns is for profiles of one whole GPU (gpus: 1): two people take "
+            "turns on one GPU, parking each other's work"
+        )
+    return Request(gpus, mig, shared, model, memory, turns=turns)
 
 
 def _check_capacity(request: Request, where: str, units: Sequence[Unit]) -> None:

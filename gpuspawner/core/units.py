@@ -205,6 +205,7 @@ class Request:
     min_gpu_memory: int = 0
     not_on: frozenset[str] = frozenset()  # units it must leave (kept for a waiting head)
     nodes: frozenset[str] | None = None
+    turns: bool = False  # one whole GPU it may share in turns with one other person
 
     @property
     def kind(self) -> Kind | None:
@@ -214,6 +215,11 @@ class Request:
         if self.shared:
             return Kind.SHARED
         return Kind.GPU if self.gpus else None
+
+    @property
+    def in_turns(self) -> bool:
+        """One whole GPU, which a person's server may share in turns with one other."""
+        return self.turns and self.kind is Kind.GPU and self.gpus == 1
 
     @property
     def count(self) -> int:

@@ -37,6 +37,7 @@ class ServerLabels:
     since: float | None
     quota_group: str | None
     units: tuple[str, ...] = ()  # the units held, by id (absent before gpuspawner 0.2)
+    turns: bool = False  # a person's server that shares its GPU in turns with one other
 
 
 @dataclass(frozen=True)

@@ -46,6 +46,7 @@ LABEL_QUOTA_GROUP = LABEL_PREFIX + "quota-group"
 LABEL_SINCE = LABEL_PREFIX + "since"
 LABEL_UNITS = LABEL_PREFIX + "units"
 LABEL_JOB = LABEL_PREFIX + "job"  # a job's id, on its server's container (hub.jobs)
+LABEL_TURNS = LABEL_PREFIX + "turns"  # "1": a person's server that shares its GPU in turns
 REMOVAL_WAIT_SECONDS = 30  # a removal Docker has under way: past this, the next tick asks again
 
 # A grant's start must be a moment the admin page and the culler can work with.
@@ -76,6 +77,7 @@ def labels(grant: Grant, hub: str) -> dict[str, str]:
         LABEL_UNITS: ",".join(grant.ids),
         LABEL_QUOTA_GROUP: grant.quota_group or "",
         LABEL_SINCE: f"{grant.since:.3f}",
+        **({LABEL_TURNS: "1"} if grant.turns else {}),
     }
 
 
@@ -197,6 +199,7 @@ def read_labels(container_labels: Mapping[str, str]) -> ServerLabels | None:
         since=since,
         quota_group=container_labels.get(LABEL_QUOTA_GROUP) or None,
         units=tuple(u for u in container_labels.get(LABEL_UNITS, "").split(",") if u),
+        turns=container_labels.get(LABEL_TURNS) == "1",
     )
 
 

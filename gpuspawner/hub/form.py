@@ -33,6 +33,7 @@ class ProfileRow:
     checked: bool = False
     waiting: int = 0  # starts waiting in line for this profile
     note: str = ""  # cannot start now, but this user would wait in line for it
+    turns: bool = False  # shares a GPU in turns with one other person when none is free
 
 
 @dataclass(frozen=True)
@@ -172,9 +173,21 @@ def profile_rows(
             p.slug == checked,
             (waiting or {}).get(p.slug, 0),
             notes.get(p.slug, ""),
+            p.request.in_turns,
         )
         for p in visible
     ]
+
+
+def turns_words(turn_quantum: float) -> str:
+    """What a profile in turns means, for the form."""
+    return (
+        "In turns: when no GPU is free, you start at once on a GPU shared with one other "
+        "person. While you both run work on it, each has it for "
+        f"{duration(turn_quantum)} at a time, the other's work parked in host memory "
+        "meanwhile: your GPU work is slower, and nothing is lost. When their GPU is idle, "
+        "your next cell gets it at once."
+    )
 
 
 def holdings(limits: UserLimits, user_id: int, pool: PoolView) -> str:

@@ -132,24 +132,37 @@ def lease_of(spawner: Any, broker: Broker) -> dict[str, Any]:
 
 def _residency(spawner: Any, broker: Broker) -> dict[str, Any]:
     """Where the server's GPU work is: on its GPUs ("resident"), in host memory while its
-    GPUs run a job ("parked"), or on its way back ("restoring")."""
+    GPUs run a job or another person's turn ("parked"), or on its way back ("restoring")."""
     jobs = broker.jobs
     key = spawner.orm_spawner.id
     state = jobs.residency(key) if jobs is not None else "resident"
     grant = broker.grant_of(key)
-    lent = (
-        state == "parked"
-        and grant is not None
-        and any(broker.pool.holder_of(u.id) is not None for u in grant.units)
-    )
+    on_it = [broker.pool.holder_of(u.id) for u in grant.units] if grant is not None else []
+    lent = state == "parked" and any(g is not None and g.holder.job for g in on_it)
+    turn = state == "parked" and any(g is not None and not g.holder.job for g in on_it)
     says = {
         "resident": "",
-        "parked": "Parked: your GPU work waits in host memory"
-        + (", and your GPU runs a job meanwhile. " if lent else ". ")
-        + "Run a cell (or start a GPU program) and it comes back, where it was.",
+        "parked": _parked_says(lent, turn, spawner, key, jobs),
         "restoring": "Restoring: your GPU work is on its way back to your GPU.",
     }[state]
-    return {"state": state, "lent": lent, "says": says}
+    return {"state": state, "lent": lent, "turn": turn, "says": says}
+
+
+def _parked_says(lent: bool, turn: bool, spawner: Any, key: int, jobs: Any) -> str:
+    if turn:
+        blocked = jobs.turn_blocked(key)
+        return (
+            "Parked: you share this GPU in turns, and it is the other person's turn"
+            + (f"; their work stays on it for now: {blocked}. " if blocked else ". ")
+            + "Run a cell (or start a GPU program) and your turn comes once their GPU is "
+            + f"idle, or within {duration(spawner.turn_quantum)}; while you both work, "
+            + "each has the GPU in turns."
+        )
+    return (
+        "Parked: your GPU work waits in host memory"
+        + (", and your GPU runs a job meanwhile. " if lent else ". ")
+        + "Run a cell (or start a GPU program) and it comes back, where it was."
+    )
 
 
 def _docker_silent(spawner: Any, broker: Broker, now: float) -> dict[str, Any] | None:

@@ -14,6 +14,11 @@ parked (a restore without room leaves the process stuck for good): the books fir
 the GPUs back for it, so nobody is given them while the driver copies, then the driver
 restores and unlocks. A refused restore is `RestoreFailed`: its server must be stopped.
 
+Turns (a profile's `turns`): two people's servers bound to one GPU, one parked while the
+other is on it. The one that joined waits parked from its start, with nothing of it in the
+driver yet; parking a person for the other's turn (`park(…, for_turn=True)`) may then
+find no CUDA process of theirs: nothing to checkpoint, and they are parked all the same.
+
 Driver calls block for seconds (they copy GPU memory), so they run in a worker thread of
 their own, one at a time. What is parked is remembered here, with the PIDs and bytes.
 """
@@ -30,6 +35,7 @@ from typing import Any
 
 from ..config.parking import ContainerPids
 from ..core.grants import Grant
+from ..core.parking import TURN_QUANTUM
 from ..core.pool import NotParkable, StillLent
 from ..core.pool_view import DeviceState
 from ..core.words import gib
@@ -56,9 +62,15 @@ class Parked:
 
 class Parker:
     def __init__(
-        self, broker: Broker, driver: CheckpointDriver, memory_limit: int, log: logging.Logger
+        self,
+        broker: Broker,
+        driver: CheckpointDriver,
+        memory_limit: int,
+        log: logging.Logger,
+        turn_quantum: float = TURN_QUANTUM,
     ) -> None:
         self.broker, self.driver, self.memory_limit, self.log = broker, driver, memory_limit, log
+        self.turn_quantum = turn_quantum  # seconds: a person's turn on a GPU shared in turns
         self.executor = ThreadPoolExecutor(1, thread_name_prefix="gpuspawner-parking")
         self._seen: Observation | None = None
         self._parked: dict[int, Parked] = {}  # by grant key
@@ -74,21 +86,33 @@ class Parker:
 
     def since(self, key: int) -> float | None:
         """When the server's work was parked; None if it is not."""
-        parked = self._parked.get(key)
+        parked = self._parked_of(key)
         return parked.since if parked is not None else None
+
+    def _parked_of(self, key: int) -> Parked | None:
+        """What the server has parked. A server the books hold parked that parked nothing
+        here joined a GPU in turns, and waits for its first turn: nothing of it is on the
+        GPU, or in the driver."""
+        parked = self._parked.get(key)
+        grant = self.broker.grant_of(key) if parked is None else None
+        if grant is not None and grant.parked and grant.turns:
+            return Parked((), 0, grant.since)
+        return parked
 
     def parked_bytes(self) -> int:
         """Host memory parked work holds, and work being parked will (unknown: none)."""
         return sum(p.bytes or 0 for p in self._parked.values()) + sum(self._pending.values())
 
-    def why_not(self, grant: Grant) -> str:
-        """Why the driver cannot park this server's work now; "" where it can."""
+    def why_not(self, grant: Grant, for_turn: bool = False) -> str:
+        """Why the driver cannot park this server's work now; "" where it can. `for_turn`:
+        for the other person's turn on its GPU, where a server with no CUDA process is
+        parked too (nothing of it is on the GPU to give way)."""
         if any(not u.kind.facts.whole for u in grant.units):
             return "it runs on a MIG instance or a shared GPU, which the driver cannot park"
         pids = self._pids_of(grant)
         if pids is None:
             return "which processes it runs on its GPUs is not known yet"
-        if not pids:
+        if not pids and not for_turn:
             return "it has no CUDA process to park"
         if len(pids) > 1:
             return (
@@ -103,10 +127,11 @@ class Parker:
             )
         return ""
 
-    async def park(self, grant: Grant) -> str:
-        """Park the server's work and lend its GPUs; "" once done, else why it stays on
-        its GPUs (running, as before)."""
-        reason = self.why_not(grant)
+    async def park(self, grant: Grant, for_turn: bool = False) -> str:
+        """Park the server's work and lend its GPUs (`for_turn`: give its GPU to the other
+        person in turns); "" once done, else why it stays on its GPUs (running, as
+        before)."""
+        reason = self.why_not(grant, for_turn)
         if reason:
             return reason
         pids = self._pids_of(grant) or ()
@@ -152,7 +177,7 @@ class Parker:
     def waits_for(self, grant: Grant) -> str:
         """Why parked work cannot come back now ("" when it can): its GPUs are lent, or
         hold too little free memory for it."""
-        parked = self._parked.get(grant.key)
+        parked = self._parked_of(grant.key)
         if parked is None:
             return ""
         pool = self.broker.pool
@@ -172,7 +197,7 @@ class Parker:
     async def restore(self, grant: Grant) -> bool:
         """Bring parked work back if it can come now (`waits_for`): True once it runs on its
         GPUs again, False if it must wait; RestoreFailed if the driver refused."""
-        parked = self._parked.get(grant.key)
+        parked = self._parked_of(grant.key)
         if parked is None or self.waits_for(grant):
             return False
         try:

@@ -79,7 +79,9 @@ def adopt(
                 site.inventory.reached(container.reach, container.node), pool.units
             )
             parked = ids[0] in known.parked
-            grant = pool.adopt(holder, held, labels.since, labels.quota_group, parked)
+            grant = pool.adopt(
+                holder, held, labels.since, labels.quota_group, parked, labels.turns and not job
+            )
         except AlreadyHolding as conflict:
             log.error(
                 "gpuspawner: container %s not adopted: %s; those GPUs stay out of the "

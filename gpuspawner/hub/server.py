@@ -169,6 +169,7 @@ class GPUServer(GPUSettings, EngineSpawner):
             spawn_page.preselected(self.handler, self.user, self.orm_spawner),
             getattr(self.handler, "xsrf_token", None),
             self.hub.base_url,
+            self.turn_quantum,
         )
 
     # --- start ------------------------------------------------------------------

@@ -27,8 +27,10 @@ def render(
     preselected: str | None,
     xsrf: bytes | None,
     base_url: str,
+    turn_quantum: float,
 ) -> str:
-    """The form `user` (JupyterHub's User) sees now, with `preselected` chosen if it may."""
+    """The form `user` (JupyterHub's User) sees now, with `preselected` chosen if it may;
+    a turn on a GPU shared in turns lasts `turn_quantum` seconds."""
     pool, profiles = broker.pool, broker.site.profiles
     budget = budgets.standing_of(broker, user.db, user.id, limits)
     available = form.availability(pool, limits.nodes.value)  # on the user's machines
@@ -49,6 +51,7 @@ def render(
             over_budget=str(budget.refusal(broker.clock()) or ""),
             may_wait=broker.line.may_wait(user.id, limits),
         ),
+        turns=form.turns_words(turn_quantum),
         holdings=form.holdings(limits, user.id, pool),
         budget=budget.words(),
         images=images,

@@ -206,25 +206,35 @@ async def start_broker(app: Any, spawner_class: Any = None) -> Broker:
     return broker
 
 
-def _parker(broker: Broker, parks: tuple[CheckpointDriver, int] | None, log: Any) -> Parker | None:
+def _parker(
+    broker: Broker, parks: tuple[CheckpointDriver, int, float] | None, log: Any
+) -> Parker | None:
     if parks is None:
         return None
-    driver, limit = parks
+    driver, limit, turn_quantum = parks
     log.info(
         "gpuspawner: jobs give way by parking (%s, up to %d GiB of host memory)",
         type(driver).__name__,
         gib(limit),
     )
-    return Parker(broker, driver, limit, log)
+    return Parker(broker, driver, limit, log, turn_quantum)
 
 
-def _parking(spawner: Any, site: GPUSite) -> tuple[CheckpointDriver, int] | None:
-    """Parking's driver and host-memory cap, checked (GPUConfigError); None: parking off."""
+def _parking(spawner: Any, site: GPUSite) -> tuple[CheckpointDriver, int, float] | None:
+    """Parking's driver, host-memory cap and turn quantum, checked (GPUConfigError); None:
+    parking off."""
     if not spawner.parking:
+        in_turns = [p.slug for p in site.profiles if p.turns]
+        if in_turns:
+            raise GPUConfigError(
+                f"c.GPUSpawner.profiles: {', '.join(in_turns)} shares GPUs in turns, which "
+                "parks each person's work for the other's turn: set c.GPUSpawner.parking = "
+                "True, or remove turns"
+            )
         return None
     on_swarm = isinstance(site.source, SwarmSource)
     driver = checkpoint_driver(spawner.checkpoint_driver, site.source, on_swarm)
-    return driver, memory_limit(spawner.park_memory_limit)
+    return driver, memory_limit(spawner.park_memory_limit), spawner.turn_quantum
 
 
 def _serve_jobs(app: Any, broker: Broker, record: JobRecord, parker: Parker | None) -> JobBoard:

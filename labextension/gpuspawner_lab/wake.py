@@ -44,11 +44,18 @@ def before_cell(info: object = None) -> None:
     url, token = lease_url(os.environ), os.environ.get("JUPYTERHUB_API_TOKEN")
     if url is None or not token:
         return
-    state = _residency(_ask("GET", url, token))
+    lease = _ask("GET", url, token)
+    state = _residency(lease)
     if state in (None, "resident"):
         return
     started = time.monotonic()
-    _say("Your GPU work was parked while your GPU was idle; bringing it back …")
+    if lease["residency"].get("turn"):
+        _say(
+            "You share this GPU in turns, and it is the other person's turn; "
+            "yours comes once their GPU is idle, or when their turn ends …"
+        )
+    else:
+        _say("Your GPU work was parked while your GPU was idle; bringing it back …")
     while time.monotonic() - started < LONGEST_SECONDS:
         state = _residency(_ask("POST", f"{url}/wake", token))
         if state in (None, "resident"):

@@ -43,6 +43,7 @@ interface IWarning {
 interface IResidency {
   state: 'resident' | 'parked' | 'restoring';
   lent: boolean; // parked, and a job runs on its GPU meanwhile
+  turn?: boolean; // parked for the other person's turn on a GPU shared in turns
   says: string;
 }
 
@@ -96,8 +97,11 @@ function details(lease: ILease): string[] {
 function residencyLabel(lease: ILease): string {
   switch (lease.residency?.state) {
     case 'parked':
-      return lease.residency.lent
-        ? 'GPU parked (a job runs on it meanwhile) · '
+      if (lease.residency.lent) {
+        return 'GPU parked (a job runs on it meanwhile) · ';
+      }
+      return lease.residency.turn
+        ? "GPU parked (the other person's turn) · "
         : 'GPU parked · ';
     case 'restoring':
       return 'GPU restoring · ';

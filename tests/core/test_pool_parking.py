@@ -10,7 +10,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from gpuspawner.core.grants import Holder
 from gpuspawner.core.limits import LimitExceeded
-from gpuspawner.core.pool import NotEnoughGPUs, NotParkable, Pool, StillLent
+from gpuspawner.core.pool import AlreadyHolding, NotEnoughGPUs, NotParkable, Pool, StillLent
 from gpuspawner.core.units import Request
 
 UUIDS = [f"GPU-{i}" for i in range(4)]
@@ -122,15 +122,15 @@ def test_parked_work_is_adopted_back_after_a_restart_beside_whoever_holds_its_gp
 
 def test_two_people_who_allow_turns_share_a_gpu_when_no_other_will_do_and_no_third():
     pool = Pool(UUIDS[:1])
-    alice = pool.allocate(person(1), 1, turns=True)
+    alice = pool.allocate(person(1), Request(1, turns=True))
     with pytest.raises(NotEnoughGPUs):
         pool.allocate(person(2), 1)  # bob's profile has no turns
-    bob = pool.allocate(person(3), 1, turns=True)
+    bob = pool.allocate(person(3), Request(1, turns=True))
     assert bob.uuids == alice.uuids and bob.parked  # alice is on it: bob's turn comes
     assert pool.holder_of(UUIDS[0]) == alice and pool.bound_to(UUIDS[0]) == [bob]
     assert pool.usage().by_user[3] == 0  # waiting for a turn holds no GPU
     with pytest.raises(NotEnoughGPUs):
-        pool.allocate(person(5), 1, turns=True)  # two people on a GPU at most
+        pool.allocate(person(5), Request(1, turns=True))  # two people on a GPU at most
     with pytest.raises(StillLent):
         pool.restore(bob.key)
     pool.park(alice.key)  # alice's turn is over
@@ -140,29 +140,55 @@ def test_two_people_who_allow_turns_share_a_gpu_when_no_other_will_do_and_no_thi
 
 def test_turns_are_for_one_whole_gpu_and_never_taken_while_another_gpu_is_free():
     pool = Pool(UUIDS[:2])
-    alice = pool.allocate(person(1), 1, turns=True)
-    bob = pool.allocate(person(3), 1, turns=True)
+    alice = pool.allocate(person(1), Request(1, turns=True))
+    bob = pool.allocate(person(3), Request(1, turns=True))
     assert bob.uuids != alice.uuids and not bob.parked  # the free GPU first
     with pytest.raises(NotEnoughGPUs):
-        pool.allocate(person(5), 2, turns=True)
+        pool.allocate(person(5), Request(2, turns=True))
     no_turns = Pool(UUIDS[:1])
     no_turns.allocate(person(1), 1)  # alice did not ask for turns: nobody joins her
     with pytest.raises(NotEnoughGPUs):
-        no_turns.allocate(person(3), 1, turns=True)
+        no_turns.allocate(person(3), Request(1, turns=True))
 
 
 def test_a_start_in_turns_goes_first_where_the_other_person_is_parked():
     """Nobody is on that GPU (or a job is, which gives way to people): the start is on it
     at once, and the parked person comes back in turns."""
     pool = Pool(UUIDS[:2])
-    pool.allocate(person(1), 1, turns=True)
-    parked = pool.park(pool.allocate(person(3), 1, turns=True).key)
-    carol = pool.allocate(person(5), 1, turns=True)
+    pool.allocate(person(1), Request(1, turns=True))
+    parked = pool.park(pool.allocate(person(3), Request(1, turns=True)).key)
+    carol = pool.allocate(person(5), Request(1, turns=True))
     assert carol.uuids == parked.uuids and not carol.parked
     with pytest.raises(NotEnoughGPUs):  # no job is lent a GPU two people are bound to...
         pool.allocate(job(7), 1)
     pool.park(carol.key)  # ...until both are parked
     assert pool.allocate(job(7), 1).uuids == parked.uuids
+
+
+def test_a_job_on_a_gpu_gives_way_before_two_people_share_one_in_turns():
+    pool = Pool(UUIDS[:2])
+    pool.allocate(person(1), Request(1, turns=True))
+    running = pool.allocate(job(3), 1)
+    with pytest.raises(NotEnoughGPUs):  # the job gives way (the line asks it to)
+        pool.allocate(person(5), Request(1, turns=True))
+    assert pool.refusal(Request(1, turns=True)) is not None  # the form says so too
+    pool.release(running.key)
+    carol = pool.allocate(person(5), Request(1, turns=True))
+    assert carol.uuids == running.uuids and not carol.parked  # a GPU of her own
+
+
+def test_people_in_turns_are_adopted_back_on_their_gpu_after_a_restart():
+    """Neither parked in the driver: the one adopted second waits for its turn."""
+    pool = Pool(UUIDS[:1])
+    alice = pool.adopt(person(1), [UUIDS[0]], turns=True)
+    bob = pool.adopt(person(3), [UUIDS[0]], turns=True)
+    assert bob.parked and bob.turns and pool.holder_of(UUIDS[0]) == alice
+    with pytest.raises(AlreadyHolding):  # never a third, nor one without turns
+        pool.adopt(person(5), [UUIDS[0]], turns=True)
+    single = Pool(UUIDS[:1])
+    single.adopt(person(1), [UUIDS[0]])
+    with pytest.raises(AlreadyHolding):
+        single.adopt(person(3), [UUIDS[0]], turns=True)
 
 
 class Parking(RuleBasedStateMachine):
@@ -180,7 +206,7 @@ class Parking(RuleBasedStateMachine):
         holder = job(key) if key % 2 else person(key)
         nothing_else = self.pool.refusal(Request(gpus=gpus)) is not None
         with contextlib.suppress(NotEnoughGPUs):
-            grant = self.pool.allocate(holder, gpus, turns=turns)
+            grant = self.pool.allocate(holder, Request(gpus, turns=turns))
             self.first[key] = grant.ids
             if self.people_on(grant.ids[0]) > 1:  # in turns: only when no other GPU would do
                 assert grant.turns and gpus == 1 and nothing_else

@@ -196,6 +196,9 @@ def test_profiles_pick_by_kind_model_and_memory():
             r" of NVIDIA A100-SXM4-40GB.*make them \(nvidia-smi mig or nvidia-mig-parted\)",
         ),
         ({"shared": True, "min_gpu_memory": "40G"}, r"mark a GPU as shared in c.GPUSpawner"),
+        ({"gpus": 1, "turns": "yes"}, r"turns must be true or false, got 'yes'"),
+        ({"gpus": 2, "turns": True}, r"turns is for profiles of one whole GPU \(gpus: 1\)"),
+        ({"mig_profile": "1g.5gb", "turns": True}, r"turns is for profiles of one whole GPU"),
     ],
 )
 def test_bad_gpu_keys_name_the_key_and_the_fix(entry, message):

@@ -254,3 +254,18 @@ def test_a_full_quota_says_one_thing_wait_in_line_or_try_again():
     assert refused["gpu-1"].reason == (
         f"{quota} Try again when a group member's server stops, or pick CPU only."
     )
+
+
+def test_a_profile_in_turns_starts_at_once_on_a_gpu_shared_in_turns_and_says_what_turns_mean():
+    profiles = [Profile("gpu-1", "1 GPU", 1), Profile("turns", "1 GPU, in turns", 1, turns=True)]
+    pool = Pool([whole(g) for g in GPUS])
+    for key in range(4):
+        pool.allocate(
+            Holder(10 + key, BOB, "bob", f"s{key}"), Profile("", "", 1, turns=True).request
+        )
+    rows, _ = rows_for(ANN, set(), pool, {}, profiles=profiles)
+    assert rows["gpu-1"].reason == "Needs 1 free GPU(s); 0 free right now."
+    assert rows["turns"].reason == "" and rows["turns"].turns and not rows["gpu-1"].turns
+    html = form.render([], free=0, total=4, rows=list(rows.values()), turns=form.turns_words(300))
+    assert html.count("In turns: when no GPU is free, you start at once") == 1
+    assert "each has it for 5 min at a time" in html

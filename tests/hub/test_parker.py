@@ -192,3 +192,37 @@ def test_work_just_restored_can_be_parked_again_before_the_monitor_looks_again()
     assert parker.why_not(parked) == "it has no CUDA process to park"
     assert asyncio.run(parker.restore(parked))
     assert parker.why_not(parker.broker.grant_of(grant.key)) == ""
+
+
+def test_in_turns_the_one_who_joined_waits_parked_and_either_is_parked_with_no_cuda_process():
+    """Two people in turns on one GPU: the second waits parked from the start, with nothing
+    in the driver; the first, who runs no CUDA process, is parked for the second's turn all
+    the same (nothing of it is on the GPU), though a job with none gives way instead."""
+    broker = a_broker(gpus=1)
+    turns = Request(1, turns=True)
+    alice = broker.take_now(Holder(2, 20, "alice"), turns)
+    bob = broker.take_now(Holder(3, 30, "bob"), turns)
+    assert bob.parked and bob.uuids == alice.uuids
+    [uuid] = alice.uuids
+    parker = Parker(broker, SimulatedCheckpointDriver(), 64 * GIB, LOG, turn_quantum=60)
+    seen = [engine.seen(_person_container(g)) for g in (alice, bob)]
+    parker.observed(Observation({uuid: Telemetry(0.0, 0)}, seen, owners={}))
+    assert parker.since(bob.key) == bob.since  # parked since it joined
+    assert parker.waits_for(bob) == f"its GPUs are in use ({uuid})"
+    assert parker.why_not(alice) == "it has no CUDA process to park"
+    assert asyncio.run(parker.park(alice, for_turn=True)) == ""
+    assert broker.grant_of(alice.key).parked and parker.waits_for(bob) == ""
+    assert asyncio.run(parker.restore(bob))
+    assert broker.pool.holder_of(uuid) == broker.grant_of(bob.key)
+    assert parker.parked_bytes() == 0
+
+
+def _person_container(grant) -> dict:
+    name = f"jupyter-{grant.holder.user}"
+    return {
+        "Id": f"id-{grant.holder.user}",
+        "Name": f"/{name}",
+        "Config": {"Labels": engine.labels(grant, HUB), "Image": "notebook"},
+        "State": {"Running": True},
+        "HostConfig": {"DeviceRequests": engine.device_requests(grant.uuids)},
+    }

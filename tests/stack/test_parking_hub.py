@@ -37,7 +37,10 @@ c.GPUSpawner.profiles = [
     {{"display_name": "1 GPU", "slug": "gpu-1", "gpus": 1, "default": True}},
     {{"display_name": "1 GPU, light", "slug": "light-1", "gpus": 1,
       "spawner_override": {light!r}}},
+    {{"display_name": "1 GPU, in turns", "slug": "turns-1", "gpus": 1, "turns": True,
+      "spawner_override": {light!r}}},
 ]
+c.GPUSpawner.turn_quantum = 8
 c.GPUSpawner.default_limits = {{"max_jobs": 0}}
 c.GPUSpawner.group_limits = {{
     "people": {{"max_wait": 900}},
@@ -53,7 +56,8 @@ GIB = 2**30
 def hub(hub_factory, load_file) -> Hub:
     hub = hub_factory(CONFIG.format(load=str(load_file), light=LIGHT_SERVER))
     groups = {"trainers": ["bob"], "people": ["alice"], "lunchers": ["carol", "erin"]}
-    hub.add_users("bob", "alice", "carol", "dave", "erin", groups=groups | {"sleepers": ["dave"]})
+    users = ("bob", "alice", "carol", "dave", "erin", "frank", "gina")
+    hub.add_users(*users, groups=groups | {"sleepers": ["dave"]})
     put(hub, "bob", "train.py", TRAIN)
     return hub
 
@@ -346,13 +350,73 @@ def test_in_jupyterlab_a_cell_run_in_a_parked_server_brings_its_gpu_back_first(
     load_file.write_text("{}")
 
 
+def test_two_people_in_turns_share_a_gpu_each_parked_for_the_others_turn(hub, load_file):
+    """With no GPU free, gina's start in turns joins frank's GPU at once, parked; a hub kill -9
+    then keeps both on it. Her cell run parks frank once his turn (8 s) is over, and his
+    parks her once hers is; a person whose GPU is idle is parked at once."""
+    uuid, load = person_on_gpu(hub, load_file, "frank", profile="turns-1")
+    load["utilization_percent"] = 90  # frank works
+    load_file.write_text(json.dumps({uuid: load}))
+    hub.spawn_ready("gina", profile="turns-1")  # the only GPU is frank's: she starts at once
+    assert residency(hub, "gina") == "parked" and hub.held_by("frank") == [uuid]
+    gpu = hub.pool()["gpus"][0]
+    assert gpu["holder"]["user"] == "frank"
+    assert gpu["parked"] == [{"user": "gina", "server": "", "job": False}]
+    lease = hub.api("GET", "/users/gina/server/gpu-lease").json()["residency"]
+    assert lease["turn"] and not lease["lent"]
+    assert "you share this GPU in turns, and it is the other person's turn" in lease["says"]
+    assert "within 8 s;" in lease["says"]
+
+    hub.kill()
+    hub.start()  # both containers reach the GPU; neither is parked in the driver
+    assert "not adopted" not in hub.log()
+    hub.wait_for(  # (adopted the other way round, frank's process on the GPU wakes him)
+        lambda: residency(hub, "gina") == "parked" and hub.held_by("frank") == [uuid],
+        what="frank on the GPU, gina waiting for her turn",
+    )
+
+    woken = hub.api("POST", "/users/gina/server/gpu-lease/wake")  # she runs a cell
+    assert woken.status_code == 200, woken.text
+    wait_residency(hub, "gina", "resident")
+    assert residency(hub, "frank") == "parked" and hub.held_by("gina") == [uuid]
+    assert "frank parked: its turn is over (gina's turn)" in hub.log()
+
+    kernel = {"container": hub.container_of("gina").id, "memory_gib": 10}
+    load_file.write_text(json.dumps({uuid: load | {"processes": [kernel]}}))  # gina works
+    hub.api("POST", "/users/frank/server/gpu-lease/wake")
+    assert residency(hub, "frank") == "parked"  # her turn has only begun
+    wait_residency(hub, "frank", "resident")
+    assert "gina parked: its turn is over (frank's turn)" in hub.log()
+
+    load_file.write_text(json.dumps({uuid: load | {"utilization_percent": 0}}))  # frank idles
+    hub.wait_for(lambda: gpu_idle(hub), what="frank's GPU idle, as the monitor sees it")
+    hub.api("POST", "/users/gina/server/gpu-lease/wake")
+    wait_residency(hub, "gina", "resident")
+    assert "frank parked: its GPU idle; the other person's turn (gina's turn)" in hub.log()
+
+    hub.stop_server("gina")
+    hub.stop_server("frank")
+    hub.wait_for(lambda: set(hub.gpu_states().values()) == {"free"}, 90, "the GPU back")
+    load_file.write_text("{}")
+
+
+def gpu_idle(hub: Hub) -> bool:
+    metrics = hub.metrics().items()
+    return any(name == "gpuspawner_gpu_idle_seconds" and v > 0 for (name, _), v in metrics)
+
+
 @pytest.mark.parametrize(
     ("setting", "says"),
     [
         ('c.GPUSpawner.park_memory_limit = "lots"', "park_memory_limit must be memory"),
         ('c.GPUSpawner.checkpoint_driver = "cuda"', "needs the NVIDIA driver's checkpoint API"),
+        ("c.GPUSpawner.turn_quantum = 0", "turn_quantum must be a number of seconds > 0"),
+        (
+            "c.GPUSpawner.parking = False",
+            "turns-1 shares GPUs in turns, which parks each person's work for the other's turn",
+        ),
     ],
-    ids=["memory", "no-driver"],
+    ids=["memory", "no-driver", "quantum", "turns-without-parking"],
 )
 def test_a_bad_parking_config_stops_the_hub_with_one_line(hub_factory, load_file, setting, says):
     config = CONFIG.format(load=str(load_file), light=LIGHT_SERVER) + setting + "\n"

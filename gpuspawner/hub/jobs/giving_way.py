@@ -43,6 +43,11 @@ class GivingWay(JobBooks):
         self._evicting: set[int] = set()  # parked people's grant keys, stopped for a start
         self._waking: set[int] = set()  # parked people's grant keys: they want their GPUs
         self._restoring: set[int] = set()  # grant keys whose restore is under way (`restoring`)
+        # Turns (`turns`): people being parked for the other's turn, when each person's work
+        # last came onto its GPU, and why the one on it cannot be parked for a waiting one.
+        self._turning: set[int] = set()
+        self._on_gpu_since: dict[int, float] = {}
+        self._turn_blocked: dict[int, str] = {}
 
     def parked_bytes(self) -> int:
         """Host memory that parked jobs' GPU work holds now."""

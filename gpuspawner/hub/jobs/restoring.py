@@ -2,10 +2,11 @@
 
 A parked person's server wakes (`wake`: a cell run in it, a process of it on its GPU):
 from then on each pass of the line makes the running jobs lent its GPUs give way
-(parked, else SIGTERM: `giving_way`), and it is restored once they are free with room
-for its memory. A parked job is restored whenever its GPUs are free again, after the
-people who woke (people first: the line has just run, and a person's start may have been
-lent them). A restore the driver refuses stops that server or job, files kept.
+(parked, else SIGTERM: `giving_way`), or the person on a GPU it shares in turns end
+their turn (`turns`), and it is restored once they are free with room for its memory.
+A parked job is restored whenever its GPUs are free again, after the people who woke
+(people first: the line has just run, and a person's start may have been lent them).
+A restore the driver refuses stops that server or job, files kept.
 """
 
 from __future__ import annotations
@@ -14,10 +15,10 @@ from ...core.jobs import Event, JobState
 from ...core.pool import Grant
 from ..parking import RestoreFailed
 from . import words
-from .giving_way import GivingWay
+from .turns import Turns
 
 
-class Restoring(GivingWay):
+class Restoring(Turns):
     def wake(self, grant: Grant) -> str:
         """A parked person wants their GPUs back. Where their server is now: "resident",
         "restoring", or "parked" (its GPUs are still lent, or hold too little memory)."""
@@ -62,11 +63,15 @@ class Restoring(GivingWay):
             self._spawn(self._restore(grant))
 
     def _make_way_for(self, people: list[Grant]) -> None:
-        """The running jobs lent a waking person's GPUs give way to them."""
+        """The running jobs lent a waking person's GPUs give way to them; a person on a GPU
+        they share in turns ends their turn."""
         pool = self.broker.pool
         for person in people:
             for unit in person.units:
                 lent = pool.holder_of(unit.id)
+                if lent is not None and not lent.holder.job:
+                    self._end_turn(lent, person)
+                    continue
                 job = lent and self._by_server(lent.holder.user_id, lent.holder.server)
                 if job and job.state is JobState.RUNNING and job.id not in self._parking:
                     self._give_way(job, person.holder, "return")
@@ -85,6 +90,7 @@ class Restoring(GivingWay):
         if not back:
             return
         self._waking.discard(grant.key)
+        self._on_gpu(grant.key)
         job = self._by_server(grant.holder.user_id, grant.holder.server)
         if job is not None and job.state is JobState.PARKED:
             # its max_runtime counts the time it ran, not the time it was parked
@@ -105,3 +111,4 @@ class Restoring(GivingWay):
         """Its container is gone: it neither wakes nor is stopped any more."""
         self._waking.discard(key)
         self._evicting.discard(key)
+        self._forget_turns(key)
