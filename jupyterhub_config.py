@@ -68,6 +68,19 @@ c.GPUSpawner.profiles = [
         "spawner_override": {"mem_limit": "128G"},
     },
 ]
+# With parking, two people may share a GPU in turns when none is free (docs/parking.md).
+TURNS = ["gpu-1-turns"] if c.GPUSpawner.parking else []
+if TURNS:
+    c.GPUSpawner.profiles.append(
+        {
+            "display_name": "1 GPU, in turns when all are taken",
+            "slug": "gpu-1-turns",
+            "gpus": 1,
+            "turns": True,
+            "description": "Starts at once when no GPU is free: one GPU shared with one "
+            "other person, 5 min at a time while you both use it.",
+        }
+    )
 
 # Students: one GPU each, at most 2 for the whole course at once, back after 1 h of idle GPU;
 # when the course's GPUs or the machine's are all taken, a student's start waits in line
@@ -77,7 +90,7 @@ c.GPUSpawner.profiles = [
 HOUR = 3600
 c.GPUSpawner.default_limits = {
     "max_gpus_per_user": 1,
-    "profiles": ["cpu", "gpu-1"],
+    "profiles": ["cpu", "gpu-1", *TURNS],
     "idle_timeout": 2 * HOUR,
     "cpu_idle_timeout": 8 * HOUR,
     "gpu_idle_timeout": 4 * HOUR,
@@ -92,7 +105,7 @@ c.GPUSpawner.group_limits = {
     },
     "researchers": {
         "max_gpus_per_user": 4,
-        "profiles": ["cpu", "gpu-1", "gpu-2", "gpu-4"],
+        "profiles": ["cpu", "gpu-1", "gpu-2", "gpu-4", *TURNS],
         "max_age": 72 * HOUR,
         # a start waits up to 10 min for GPUs: jobs holding them give way (docs/jobs.md)
         "max_wait": 10 * 60,

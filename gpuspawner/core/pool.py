@@ -102,8 +102,9 @@ class Pool(Books):
         for a job that cannot be parked, as it could not give them back at once. `keep`:
         units it must not be given (a parked person's who wants them back). A person's
         start of one GPU that allows turns (`Request.in_turns`) may share one in turns
-        (`_turn_on`) when nothing else will do (no GPU free, none a job could give way
-        on): bound to a GPU another person is on, it starts parked."""
+        (`_turn_on`) when no GPU can be had now: bound to a GPU another person is on, it
+        starts parked, and no running job is made to give way for it (the jobs go on,
+        and the people share; the simulator's turns row weighs the trade)."""
         if isinstance(request, int):
             request = Request(gpus=request)
         with self._lock:
@@ -115,7 +116,7 @@ class Pool(Books):
                 chosen = self._choose_for(request, holder.job, borrows, keep)
             except NotEnoughGPUs as refusal:
                 chosen, short = (), refusal
-                if request.in_turns and not holder.job and not self._jobs_on(request):
+                if request.in_turns and not holder.job:
                     chosen = self._turn_on(request, keep)
                     short = None if chosen else refusal
             weight = sum((u.weight for u in chosen), Fraction(0))
@@ -150,8 +151,7 @@ class Pool(Books):
             try:
                 self._choose_for(request, job=False)
             except NotEnoughGPUs as short:
-                turns = request.in_turns and not self._jobs_on(request)
-                return None if turns and self._turn_on(request, frozenset()) else short
+                return None if self._turn_on(request, frozenset()) else short
             return None
 
     def fits_if_freed(
@@ -209,15 +209,6 @@ class Pool(Books):
             if partner is not None:
                 partners.append((not partner.parked, unit))
         return (min(partners, key=lambda p: p[0])[1],) if partners else ()
-
-    def _jobs_on(self, request: Request) -> bool:
-        """Whether a job runs on a GPU `request` could have: it gives way to a person's
-        start, before two people would share a GPU in turns."""
-        return any(
-            request.matches(unit) and (held := self._grants.get(key)) and held.holder.job
-            for unit_id, key in self._holder_of.items()
-            if (unit := self._units.get(unit_id)) is not None
-        )
 
     def _turn_partner(self, unit: Unit) -> Grant | None:
         """The one person's server bound to this GPU, if it allows turns and is not stopping:

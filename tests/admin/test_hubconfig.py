@@ -26,7 +26,8 @@ def test_the_example_config_loads(monkeypatch):
     monkeypatch.setenv("GPUSPAWNER_HUB_IP", "172.17.0.1")  # so loading it needs no Docker
     site = hubconfig.load(EXAMPLE)
     assert site.spawner.simulate_gpus == 4
-    assert [p["slug"] for p in site.spawner.profiles] == ["cpu", "gpu-1", "gpu-2", "gpu-4"]
+    slugs = ["cpu", "gpu-1", "gpu-2", "gpu-4", "gpu-1-turns"]  # turns: with parking
+    assert [p["slug"] for p in site.spawner.profiles] == slugs
     assert site.hub_address() == HubAddress("172.17.0.1", 8081, "172.17.0.1", 8081)
     assert site.spawner.volumes == {"gpuspawner-home-{username}": "/home/jovyan"}
     assert site.spawner.read_only_volumes == {}

@@ -165,16 +165,15 @@ def test_a_start_in_turns_goes_first_where_the_other_person_is_parked():
     assert pool.allocate(job(7), 1).uuids == parked.uuids
 
 
-def test_a_job_on_a_gpu_gives_way_before_two_people_share_one_in_turns():
+def test_a_start_in_turns_shares_a_persons_gpu_rather_than_make_a_running_job_give_way():
+    """The people who chose turns share; the job goes on. A start that did not choose
+    turns waits in line for the job to give way, as ever."""
     pool = Pool(UUIDS[:2])
-    pool.allocate(person(1), Request(1, turns=True))
-    running = pool.allocate(job(3), 1)
-    with pytest.raises(NotEnoughGPUs):  # the job gives way (the line asks it to)
-        pool.allocate(person(5), Request(1, turns=True))
-    assert pool.refusal(Request(1, turns=True)) is not None  # the form says so too
-    pool.release(running.key)
-    carol = pool.allocate(person(5), Request(1, turns=True))
-    assert carol.uuids == running.uuids and not carol.parked  # a GPU of her own
+    alice = pool.allocate(person(1), Request(1, turns=True))
+    pool.allocate(job(3), 1)
+    assert pool.refusal(Request(1)) is not None and pool.refusal(Request(1, turns=True)) is None
+    bob = pool.allocate(person(5), Request(1, turns=True))
+    assert bob.uuids == alice.uuids and bob.parked
 
 
 def test_people_in_turns_are_adopted_back_on_their_gpu_after_a_restart():
