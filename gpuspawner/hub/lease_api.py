@@ -140,12 +140,26 @@ def _residency(spawner: Any, broker: Broker) -> dict[str, Any]:
     on_it = [broker.pool.holder_of(u.id) for u in grant.units] if grant is not None else []
     lent = state == "parked" and any(g is not None and g.holder.job for g in on_it)
     turn = state == "parked" and any(g is not None and not g.holder.job for g in on_it)
+    shared = (
+        state == "resident"
+        and grant is not None
+        and any(not g.holder.job for u in grant.units for g in broker.pool.bound_to(u.id))
+    )
     says = {
-        "resident": "",
+        "resident": _shared_says(spawner) if shared else "",
         "parked": _parked_says(lent, turn, spawner, key, jobs),
         "restoring": "Restoring: your GPU work is on its way back to your GPU.",
     }[state]
     return {"state": state, "lent": lent, "turn": turn, "says": says}
+
+
+def _shared_says(spawner: Any) -> str:
+    return (
+        "You share this GPU in turns with one other person, who is parked now. When they "
+        "run a cell, your work is parked for their turn at once if your GPU is idle, else "
+        f"after your turn of {duration(spawner.turn_quantum)}; it waits in host memory, "
+        "and comes back when you run a cell."
+    )
 
 
 def _parked_says(lent: bool, turn: bool, spawner: Any, key: int, jobs: Any) -> str:

@@ -366,6 +366,9 @@ def test_two_people_in_turns_share_a_gpu_each_parked_for_the_others_turn(hub, lo
     assert lease["turn"] and not lease["lent"]
     assert "you share this GPU in turns, and it is the other person's turn" in lease["says"]
     assert "within 8 s;" in lease["says"]
+    frank = hub.api("GET", "/users/frank/server/gpu-lease").json()["residency"]
+    assert frank["state"] == "resident"
+    assert "You share this GPU in turns with one other person, who is parked now" in frank["says"]
 
     hub.kill()
     hub.start()  # both containers reach the GPU; neither is parked in the driver
