@@ -3,7 +3,9 @@ without GPUs behaves as a GPU server would.
 
 Each running server of the hub that holds GPUs runs one CUDA process on each of them: a
 person's server a kernel that has loaded a model and waits for its user (6 GiB, idle),
-a job's server a training run (20 GiB, 95 %). They are written into the hub's
+a job's server a training run (20 GiB, 95 %). A person who joined a GPU in turns (the
+second on it) runs its cells on the CPU: its kernel opens no GPU before a cell wakes it, and
+a process of it on the GPU would wake it at once. They are written into the hub's
 c.GPUSpawner.simulated_load_file, which the simulated GPUs (NVML's stand-in) and the
 checkpoint driver's stand-in read. With parking on, the demo then shows what the hub does
 on GPUs: a job parked for a person's start and back when they leave, a person's idle
@@ -73,14 +75,24 @@ def main(args: argparse.Namespace) -> int:
 def work(containers: Iterable[Seen], hub: str) -> dict[str, Any]:
     """The load file's content: by GPU (or MIG instance) UUID, one process per running
     server of `hub` holding it."""
+    ours = [
+        (seen.id, seen.server)
+        for seen in containers
+        if seen.running and seen.server is not None and seen.of_hub(hub)
+    ]
+    first_in_turns: dict[str, float] = {}  # by GPU: when the first person in turns on it began
+    for _, server in ours:
+        for device in server.uuids if server.turns else ():
+            since = server.since or 0.0
+            first_in_turns[device] = min(first_in_turns.get(device, since), since)
     load: dict[str, Any] = {}
-    for seen in containers:
-        if not (seen.running and seen.server and seen.of_hub(hub)):
-            continue
-        kind = JOB if seen.server.server.startswith(SERVER_PREFIX) else PERSON
-        for device in seen.server.uuids:
+    for container, server in ours:
+        if server.turns and any(first_in_turns[d] < (server.since or 0.0) for d in server.uuids):
+            continue  # joined in turns: no CUDA process until a cell wakes it
+        kind = JOB if server.server.startswith(SERVER_PREFIX) else PERSON
+        for device in server.uuids:
             device_load = load.setdefault(device, {"processes": []})
-            device_load["processes"].append({"container": seen.id, **kind})
+            device_load["processes"].append({"container": container, **kind})
     return load
 
 

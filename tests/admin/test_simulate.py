@@ -7,9 +7,12 @@ import pytest
 from admintools import gpuspawner, servers
 from realhub import CPU_IMAGE, SIMULATED_MACHINE
 
+from gpuspawner.admin.simulate import PERSON, work
 from gpuspawner.core.pool import Grant, Holder
 from gpuspawner.core.units import bare
 from gpuspawner.devices.simulated import SimulatedSource
+from gpuspawner.engine.base import Seen
+from gpuspawner.engine.docker import device_requests, labels, seen
 
 GIB = 2**30
 
@@ -52,3 +55,23 @@ def test_without_a_load_file_to_write_it_says_which_setting(tmp_path):
     done = gpuspawner("simulate", "-f", str(config), "--once", cwd=tmp_path)
     assert done.returncode == 1
     assert "set c.GPUSpawner.simulated_load_file, or pass --simulated-load FILE" in done.stderr
+
+
+def test_a_person_who_joined_a_gpu_in_turns_runs_no_cuda_process_until_woken():
+    """Its kernel opens no GPU before a cell wakes it: a process of it would wake it at once."""
+    [uuid] = [g.uuid for g in SimulatedSource(1).list_gpus()]
+
+    def container(key: int, user: str, since: float) -> Seen:
+        grant = Grant(Holder(key, key, user, ""), (bare(uuid),), since, turns=True)
+        return seen(
+            {
+                "Id": f"id-{user}",
+                "Name": f"/jupyter-{user}",
+                "Config": {"Labels": labels(grant, "jupyter"), "Image": "notebook"},
+                "State": {"Running": True},
+                "HostConfig": {"DeviceRequests": device_requests(grant.uuids)},
+            }
+        )
+
+    load = work([container(2, "gina", 200.0), container(1, "frank", 100.0)], "jupyter")
+    assert load == {uuid: {"processes": [{"container": "id-frank", **PERSON}]}}
