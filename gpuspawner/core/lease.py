@@ -109,6 +109,7 @@ def lease(
     warn_before: float,
     gpu_use_known: bool = True,
     parks: bool = False,
+    parked: bool = False,
 ) -> Lease:
     """The deadlines of a server holding `gpus` GPUs (GPU-equivalents) since `started`.
 
@@ -118,14 +119,15 @@ def lease(
     "not known", not "busy". The idle culler applies `idle_timeout` to GPU servers and
     `cpu_idle_timeout` to CPU-only ones, as the spawner tells it at start. `parks`: the hub
     parks the server's GPU work at its gpu_idle_timeout instead of stopping it (parking is
-    on), so that limit stops nothing and is never warned of.
+    on), so that limit stops nothing and is never warned of; `parked`: its GPU work is
+    parked now, so that limit has nothing more to say.
     """
     keys = ("max_age", "gpu_idle_timeout", "idle_timeout") if gpus else ("cpu_idle_timeout",)
     deadlines = []
     for key in keys:
         stops_at: float | None
         limit = durations.get(key)
-        if limit is None or limit.value is None:
+        if limit is None or limit.value is None or (key == "gpu_idle_timeout" and parked):
             continue
         seconds, where = float(limit.value), f"({key}{from_group(limit.group)})"
         if key == "max_age":
@@ -133,7 +135,8 @@ def lease(
         elif key == "gpu_idle_timeout":
             stops_at, says = _gpu_idle(seconds, where, gpus, idle_since, gpu_use_known, now)
             if parks:
-                stops_at, says = None, _parked_at(seconds, where, gpus, idle_since, now)
+                parks_at = _parked_at(seconds, where, gpus, idle_since, gpu_use_known, now)
+                stops_at, says = None, parks_at
         else:
             stops_at, says = _idle(seconds, where, last_activity, now)
         warn_at = None
@@ -173,16 +176,24 @@ def _gpu_idle(
 
 
 def _parked_at(
-    seconds: float, where: str, gpus: int | Fraction, idle_since: float | None, now: float
+    seconds: float,
+    where: str,
+    gpus: int | Fraction,
+    idle_since: float | None,
+    known: bool,
+    now: float,
 ) -> str:
     then = (
         f"; at {duration(seconds)}, {_in(idle_since + seconds - now)}"
         if idle_since is not None
         else f"; once idle for {duration(seconds)}"
     )
-    idle = f"has been idle for {duration(now - idle_since)}" if idle_since is not None else ""
+    if idle_since is not None:
+        state = f"{_has(gpus)} been idle for {duration(now - idle_since)}"
+    else:
+        state = f"{_is(gpus)} not idle" if known else f"{_is(gpus)} not measured yet"
     return (
-        f"Your {count_gpus(gpus)} {idle or _is(gpus) + ' not idle'}{then}, your GPU work is "
+        f"Your {count_gpus(gpus)} {state}{then}, your GPU work is "
         f"parked in host memory and {_it(gpus)} may run a job {where}: nothing stops, and "
         "your work comes back where it was when you run a cell."
     )

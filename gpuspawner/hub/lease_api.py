@@ -94,6 +94,7 @@ def lease_of(spawner: Any, broker: Broker) -> dict[str, Any]:
         warn_before=spawner.warn_before_cull,
         gpu_use_known=broker.gpu_use_known(spawner.orm_spawner.id),
         parks=bool(spawner.parking),
+        parked=residency["state"] != "resident",
     )
     return {
         "user": user.name,
@@ -150,7 +151,7 @@ def _residency(spawner: Any, broker: Broker) -> dict[str, Any]:
         "parked": _parked_says(lent, turn, spawner, key, jobs),
         "restoring": "Restoring: your GPU work is on its way back to your GPU.",
     }[state]
-    return {"state": state, "lent": lent, "turn": turn, "says": says}
+    return {"state": state, "lent": lent, "turn": turn, "shared": shared, "says": says}
 
 
 def _shared_says(spawner: Any) -> str:

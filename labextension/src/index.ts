@@ -44,6 +44,7 @@ interface IResidency {
   state: 'resident' | 'parked' | 'restoring';
   lent: boolean; // parked, and a job runs on its GPU meanwhile
   turn?: boolean; // parked for the other person's turn on a GPU shared in turns
+  shared?: boolean; // on its GPU, which it shares in turns with a parked person
   says: string;
 }
 
@@ -106,7 +107,7 @@ function residencyLabel(lease: ILease): string {
     case 'restoring':
       return 'GPU restoring · ';
     default:
-      return '';
+      return lease.residency?.shared ? 'GPU shared in turns · ' : '';
   }
 }
 

@@ -65,6 +65,15 @@ def test_with_parking_the_gpu_idle_limit_parks_stops_nothing_and_is_never_warned
     assert current.warning is None
 
 
+def test_with_parking_a_gpu_not_measured_yet_says_so_and_parked_work_has_no_idle_line():
+    fresh = lease_at(T0 + 5, idle_since=None, last_activity=T0, parks=True, gpu_use_known=False)
+    assert says(fresh)["gpu_idle_timeout"].startswith(
+        "Your 1 GPU is not measured yet; once idle for 1 h 0 min, your GPU work is parked"
+    )
+    parked = lease_at(T0 + 90 * MIN, idle_since=T0, last_activity=T0, parks=True, parked=True)
+    assert "gpu_idle_timeout" not in says(parked)  # parked already: its residency says so
+
+
 def test_busy_gpus_stop_the_idle_clock_and_no_limit_means_no_line():
     current = lease_at(
         T0 + 5,

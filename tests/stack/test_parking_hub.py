@@ -367,7 +367,7 @@ def test_two_people_in_turns_share_a_gpu_each_parked_for_the_others_turn(hub, lo
     assert "you share this GPU in turns, and it is the other person's turn" in lease["says"]
     assert "within 8 s;" in lease["says"]
     frank = hub.api("GET", "/users/frank/server/gpu-lease").json()["residency"]
-    assert frank["state"] == "resident"
+    assert frank["state"] == "resident" and frank["shared"]
     assert "You share this GPU in turns with one other person, who is parked now" in frank["says"]
 
     hub.kill()
