@@ -7,6 +7,8 @@ import os
 
 import docker
 
+from gpuspawner.core.errors import NoGPUSourceError
+from gpuspawner.devices.nvml import NvmlSource
 from gpuspawner.engine.docker import bridge_gateway
 from gpuspawner.hub.culler import idle_culler_service
 
@@ -38,7 +40,19 @@ CPU_IMAGE = os.environ.get("GPUSPAWNER_CPU_IMAGE", "gpuspawner-notebook-cpu:late
 c.GPUSpawner.pull_policy = "ifnotpresent"
 c.GPUSpawner.mem_limit = "16G"
 
-c.GPUSpawner.profiles = [
+
+def machine_gpus() -> int:
+    """The GPUs here: the simulated ones, else those NVML lists (0 where it cannot: the hub
+    then says why as it starts)."""
+    if c.GPUSpawner.simulate_gpus:
+        return c.GPUSpawner.simulate_gpus
+    try:
+        return len(NvmlSource().list_gpus())
+    except NoGPUSourceError:
+        return 0
+
+
+PROFILES = [
     {
         "display_name": "CPU only",
         "slug": "cpu",
@@ -68,6 +82,8 @@ c.GPUSpawner.profiles = [
         "spawner_override": {"mem_limit": "128G"},
     },
 ]
+# Only what this machine can serve: a profile bigger than the machine stops the hub.
+c.GPUSpawner.profiles = [p for p in PROFILES if p["gpus"] <= machine_gpus()]
 # With parking, two people may share a GPU in turns when none is free (docs/parking.md).
 TURNS = ["gpu-1-turns"] if c.GPUSpawner.parking else []
 if TURNS:
@@ -77,10 +93,10 @@ if TURNS:
             "slug": "gpu-1-turns",
             "gpus": 1,
             "turns": True,
-            "description": "Starts at once when no GPU is free: one GPU shared with one "
-            "other person, 5 min at a time while you both use it.",
+            "description": "For when you would otherwise wait.",
         }
     )
+OFFERED = [p["slug"] for p in c.GPUSpawner.profiles]
 
 # Students: one GPU each, at most 2 for the whole course at once, back after 1 h of idle GPU;
 # when the course's GPUs or the machine's are all taken, a student's start waits in line
@@ -90,7 +106,7 @@ if TURNS:
 HOUR = 3600
 c.GPUSpawner.default_limits = {
     "max_gpus_per_user": 1,
-    "profiles": ["cpu", "gpu-1", *TURNS],
+    "profiles": [s for s in OFFERED if s in ("cpu", "gpu-1", *TURNS)],
     "idle_timeout": 2 * HOUR,
     "cpu_idle_timeout": 8 * HOUR,
     "gpu_idle_timeout": 4 * HOUR,
@@ -105,7 +121,7 @@ c.GPUSpawner.group_limits = {
     },
     "researchers": {
         "max_gpus_per_user": 4,
-        "profiles": ["cpu", "gpu-1", "gpu-2", "gpu-4", *TURNS],
+        "profiles": OFFERED,
         "max_age": 72 * HOUR,
         # a start waits up to 10 min for GPUs: jobs holding them give way (docs/jobs.md)
         "max_wait": 10 * 60,

@@ -21,6 +21,16 @@ def write(tmp_path: Path, body: str, spawner: str = "gpu") -> Path:
     return path
 
 
+def test_the_example_config_offers_only_what_a_small_machine_can_serve(monkeypatch):
+    """A profile bigger than the machine would stop the hub: on 2 GPUs, no "4 GPUs"."""
+    monkeypatch.setenv("GPUSPAWNER_SIMULATE_GPUS", "2")
+    monkeypatch.setenv("GPUSPAWNER_HUB_IP", "172.17.0.1")
+    spawner = hubconfig.load(EXAMPLE).spawner
+    offered = ["cpu", "gpu-1", "gpu-2", "gpu-1-turns"]
+    assert [p["slug"] for p in spawner.profiles] == offered
+    assert spawner.group_limits["researchers"]["profiles"] == offered
+
+
 def test_the_example_config_loads(monkeypatch):
     monkeypatch.setenv("GPUSPAWNER_SIMULATE_GPUS", "4")
     monkeypatch.setenv("GPUSPAWNER_HUB_IP", "172.17.0.1")  # so loading it needs no Docker
