@@ -132,11 +132,10 @@ def lease(
         seconds, where = float(limit.value), f"({key}{from_group(limit.group)})"
         if key == "max_age":
             stops_at, says = _max_age(seconds, where, started, now)
+        elif key == "gpu_idle_timeout" and parks:
+            stops_at, says = None, _parked_at(seconds, where, gpus, idle_since, gpu_use_known, now)
         elif key == "gpu_idle_timeout":
             stops_at, says = _gpu_idle(seconds, where, gpus, idle_since, gpu_use_known, now)
-            if parks:
-                parks_at = _parked_at(seconds, where, gpus, idle_since, gpu_use_known, now)
-                stops_at, says = None, parks_at
         else:
             stops_at, says = _idle(seconds, where, last_activity, now)
         warn_at = None
@@ -163,16 +162,24 @@ def _gpu_idle(
     now: float,
 ) -> tuple[float | None, str]:
     back = f"{_it(gpus)} {_goes(gpus)} back to the pool and this server stops"
+    state = _idle_state(gpus, idle_since, known, now)
     if idle_since is None:
-        state = f"{_is(gpus)} not idle" if known else f"{_is(gpus)} not measured yet"
         return None, (
             f"Your {count_gpus(gpus)} {state}. Once idle for {duration(seconds)}, {back} {where}."
         )
     stops_at = idle_since + seconds
     return stops_at, (
-        f"Your {count_gpus(gpus)} {_has(gpus)} been idle for {duration(now - idle_since)}; "
-        f"at {duration(seconds)} {back}, {_in(stops_at - now)} {where}."
+        f"Your {count_gpus(gpus)} {state}; at {duration(seconds)} {back}, "
+        f"{_in(stops_at - now)} {where}."
     )
+
+
+def _idle_state(gpus: int | Fraction, idle_since: float | None, known: bool, now: float) -> str:
+    """How the server's GPUs stand against the idle clock: "has been idle for …", "is not
+    idle", or "is not measured yet" (the monitor has no verdict)."""
+    if idle_since is not None:
+        return f"{_has(gpus)} been idle for {duration(now - idle_since)}"
+    return f"{_is(gpus)} not idle" if known else f"{_is(gpus)} not measured yet"
 
 
 def _parked_at(
@@ -188,10 +195,7 @@ def _parked_at(
         if idle_since is not None
         else f"; once idle for {duration(seconds)}"
     )
-    if idle_since is not None:
-        state = f"{_has(gpus)} been idle for {duration(now - idle_since)}"
-    else:
-        state = f"{_is(gpus)} not idle" if known else f"{_is(gpus)} not measured yet"
+    state = _idle_state(gpus, idle_since, known, now)
     return (
         f"Your {count_gpus(gpus)} {state}{then}, your GPU work is "
         f"parked in host memory and {_it(gpus)} may run a job {where}: nothing stops, and "
