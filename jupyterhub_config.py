@@ -83,7 +83,8 @@ PROFILES = [
     },
 ]
 # Only what this machine can serve: a profile bigger than the machine stops the hub.
-c.GPUSpawner.profiles = [p for p in PROFILES if p["gpus"] <= machine_gpus()]
+GPUS = machine_gpus()
+c.GPUSpawner.profiles = [p for p in PROFILES if p["gpus"] <= GPUS]
 # With parking, two people may share a GPU in turns when none is free (docs/parking.md).
 TURNS = ["gpu-1-turns"] if c.GPUSpawner.parking else []
 if TURNS:
