@@ -78,10 +78,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     agent = commands.add_parser(
         "agent",
-        help="on each GPU node of a swarm: answer the hub's monitor with its GPUs' telemetry",
+        help="on each GPU node of a swarm: answer the hub's monitor with its GPUs' telemetry, "
+        "and park its containers' GPU work when the hub asks",
         description="Serve this node's GPU telemetry, and the container of each GPU process, to "
         "a hub on another machine (SwarmGPUSpawner's agent_port). With the environment "
-        "variable GPUSPAWNER_AGENT_TOKEN set, only requests carrying it are answered.",
+        "variable GPUSPAWNER_AGENT_TOKEN set, only requests carrying it are answered; with "
+        "it, and c.GPUSpawner.parking on, the agent also parks and restores the GPU work of "
+        "this node's containers with the CUDA driver (run it as root in the host's PID "
+        "namespace for that).",
     )
     agent.add_argument("--host", default="0.0.0.0", help="address to listen on (default: all)")
     agent.add_argument("--port", type=int, default=9401, help="port to listen on (default: 9401)")

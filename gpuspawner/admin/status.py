@@ -22,13 +22,12 @@ from typing import Any
 import docker
 from docker.errors import DockerException
 
-from ..config.parking import checkpoint_driver, container_pids
+from ..config.parking import checkpoint_hosts
 from ..core.errors import GPUConfigError
 from ..core.gpus import GPU, Telemetry
 from ..core.units import Kind, Sharing, Unit, units_of
 from ..core.words import gib, server_name
-from ..devices import checkpoint
-from ..devices.checkpoint import ProcessState
+from ..devices.checkpoint import CheckpointError, HostUnreachable
 from ..devices.source import GPUSource, Inventory, discover
 from ..engine.base import Engine, LookPast, Seen, ServerLabels
 from ..engine.docker import DockerEngine
@@ -44,6 +43,7 @@ class Server:
     labels: ServerLabels
     units: frozenset[str]  # the units it holds, by id (Seen.units_held, as the hub reads it)
     names: tuple[str, ...] = ()  # its container's (Seen.names)
+    node: str = ""  # the machine it runs on (a swarm node's hostname); "" on one host
     parked: bool = False  # its GPU work checkpointed in host memory, as the driver says
 
     @property
@@ -139,7 +139,7 @@ def scan(seen: Iterable[Seen], inventory: Inventory, hub: str = "") -> Holdings:
         }
         if container.server is not None and container.of_hub(hub):
             held = frozenset(container.units_held(uuids, units))
-            holdings.servers.append(Server(container.server, held, container.names))
+            holdings.servers.append(Server(container.server, held, container.names, container.node))
         else:
             whose = "another hub" if container.server is not None else "not gpuspawner"
             for uuid in uuids:
@@ -149,21 +149,20 @@ def scan(seen: Iterable[Seen], inventory: Inventory, hub: str = "") -> Holdings:
 
 def parked(holdings: Holdings, setting: str, source: GPUSource) -> Holdings:
     """The servers whose CUDA processes the checkpoint driver (`setting`, the hub's
-    c.GPUSpawner.checkpoint_driver) holds checkpointed are marked parked. Where the driver
-    cannot be had here, nothing is marked and `unparked` says why."""
+    c.GPUSpawner.checkpoint_driver; on a swarm, each node's agent) holds checkpointed are
+    marked parked; nothing is changed. Where the driver cannot be asked, nothing is marked
+    and `unparked` says why."""
     try:
-        driver = checkpoint_driver(setting, source, on_swarm=False)
-    except GPUConfigError as error:
+        hosts = checkpoint_hosts(setting, source)
+        held: set[str] = set()
+        for node in {server.node for server in holdings.servers}:
+            theirs = {
+                str(n): list(s.names) for n, s in enumerate(holdings.servers) if s.node == node
+            }
+            held |= set(hosts(node).parked(theirs, settle=False))
+    except (GPUConfigError, CheckpointError, HostUnreachable) as error:
         return replace(holdings, unparked=str(error))
-    by_server = {str(n): list(s.names) for n, s in enumerate(holdings.servers)}
-    pids = container_pids(source)(by_server)
-    servers = [
-        replace(
-            server,
-            parked=ProcessState.CHECKPOINTED in checkpoint.states(driver, pids[key]).values(),
-        )
-        for key, server in zip(by_server, holdings.servers, strict=True)
-    ]
+    servers = [replace(s, parked=str(n) in held) for n, s in enumerate(holdings.servers)]
     return replace(holdings, servers=servers)
 
 

@@ -1,13 +1,14 @@
 """The parking settings, as a mixin of GPUSettings: whether jobs give way by parking their GPU
 work in host memory (the CUDA driver's checkpoint API), with which driver, within how much
-host memory. Checked at hub start (`checkpoint_driver`, `memory_limit`), which also read the
-driver's word on a container's processes (`container_pids`) for `gpuspawner status`."""
+host memory. Checked at hub start (`checkpoint_hosts`, `memory_limit`), which also give
+`gpuspawner status` the driver's word on a container's processes: on one host, this host's
+driver; on a swarm, each node's, through its agent."""
 
 from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 from traitlets import Bool, Enum, Float, HasTraits, TraitError, Unicode, validate
@@ -15,13 +16,22 @@ from traitlets import Bool, Enum, Float, HasTraits, TraitError, Unicode, validat
 from ..core.errors import GPUConfigError
 from ..core.parking import TURN_QUANTUM
 from ..core.units import parse_memory
-from ..devices.checkpoint import CheckpointDriver, CheckpointError, CudaDriver
+from ..devices.agent_host import AgentHost
+from ..devices.checkpoint import (
+    CheckpointDriver,
+    CheckpointError,
+    CheckpointHost,
+    ContainerPids,
+    CudaDriver,
+    OnThisHost,
+)
 from ..devices.simulated import SimulatedSource
 from ..devices.simulated_checkpoint import SimulatedCheckpointDriver
+from ..devices.swarm import SwarmSource
 from ..engine import processes
 
 DRIVERS = ("auto", "cuda", "simulated")
-ContainerPids = Callable[[Mapping[str, list[str]]], dict[str, list[int]]]  # key → its PIDs
+HostOf = Callable[[str], CheckpointHost]  # where a node's driver calls are made ("": one host)
 
 
 class ParkingSettings(HasTraits):
@@ -36,8 +46,9 @@ class ParkingSettings(HasTraits):
         gets the GPU at once; the job is brought back onto the same GPU when the
         person's server ends. A job the driver cannot park (on a MIG instance or a
         shared GPU, several CUDA processes, none, or over `park_memory_limit`) gives
-        way by SIGTERM and its group's preempt_grace, as without parking. One host
-        only (not on a swarm). See docs/parking.md. Example:
+        way by SIGTERM and its group's preempt_grace, as without parking. On a swarm,
+        each node's agent makes the driver's calls (it needs agent_port and agent_token).
+        See docs/parking.md. Example:
         `c.GPUSpawner.parking = True`.""",
     )
     park_memory_limit = Unicode(
@@ -46,7 +57,8 @@ class ParkingSettings(HasTraits):
         help="""With parking: the host memory that parked GPU work may take in all, as
         memory such as "256G". A job whose GPU memory would take parked work past it is
         not parked (it gives way by SIGTERM) and the reason is shown. Empty: a quarter
-        of the hub host's memory. Example: `c.GPUSpawner.park_memory_limit = "512G"`.""",
+        of the hub host's memory. On a swarm, each node's own, and it must be given.
+        Example: `c.GPUSpawner.park_memory_limit = "512G"`.""",
     )
     checkpoint_driver = Enum(
         DRIVERS,
@@ -56,7 +68,8 @@ class ParkingSettings(HasTraits):
         checkpoint API through libcuda.so.1 on the hub's host (the hub must run as root,
         or as the containers' processes' user). "simulated": a stand-in with the
         driver's states and error codes, for simulated GPUs. "auto": simulated with
-        simulate_gpus or simulated_host, else cuda. Example:
+        simulate_gpus or simulated_host, else cuda. On a swarm, each node's agent uses
+        its node's driver (the stand-in with --simulated-load). Example:
         `c.GPUSpawner.checkpoint_driver = "cuda"`.""",
     )
     park_after = Float(
@@ -90,14 +103,35 @@ class ParkingSettings(HasTraits):
         return float(value)
 
 
-def checkpoint_driver(setting: str, source: Any, on_swarm: bool) -> CheckpointDriver:
-    """The driver c.GPUSpawner.checkpoint_driver names, for parking; GPUConfigError where it
-    cannot be had, in one line that says what to fix."""
-    if on_swarm:
+def checkpoint_hosts(setting: str, source: Any) -> HostOf:
+    """Where each node's driver calls are made: on one host, here, by the driver
+    c.GPUSpawner.checkpoint_driver names; on a swarm, by each node's agent. GPUConfigError
+    where that cannot be, in one line that says what to fix."""
+    if isinstance(source, SwarmSource):
+        return _agents(source)
+    here = OnThisHost(checkpoint_driver(setting, source), container_pids(source))
+    return lambda node: here
+
+
+def _agents(source: SwarmSource) -> HostOf:
+    if not (source.agents.port and source.agents.token):
         raise GPUConfigError(
-            "c.GPUSpawner.parking runs on one host: on a swarm, each node's agent would have "
-            "to park its containers' work, which it cannot yet; set parking = False"
+            "c.GPUSpawner.parking on a swarm: each node's agent parks its containers' work, "
+            "and only for a hub with its token: set c.SwarmGPUSpawner.agent_port and "
+            "agent_token (docs/swarm.md)"
         )
+    hosts: dict[str, AgentHost] = {}
+
+    def host_of(node: str) -> CheckpointHost:
+        if node not in hosts:
+            hosts[node] = AgentHost(node, lambda: source.address_of(node), source.agents)
+        return hosts[node]
+
+    return host_of
+
+
+def checkpoint_driver(setting: str, source: Any) -> CheckpointDriver:
+    """The driver c.GPUSpawner.checkpoint_driver names, on this host."""
     simulated = isinstance(source, SimulatedSource)
     if setting == "simulated" or (setting == "auto" and simulated):
         if not simulated:
@@ -116,9 +150,15 @@ def checkpoint_driver(setting: str, source: Any, on_swarm: bool) -> CheckpointDr
         ) from None
 
 
-def memory_limit(setting: str) -> int:
-    """c.GPUSpawner.park_memory_limit in bytes; "" for a quarter of this host's memory."""
+def memory_limit(setting: str, on_swarm: bool = False) -> int:
+    """c.GPUSpawner.park_memory_limit in bytes (each node's, on a swarm); "" for a quarter of
+    this host's memory, on one host."""
     if not setting.strip():
+        if on_swarm:
+            raise GPUConfigError(
+                "c.GPUSpawner.park_memory_limit: on a swarm, say how much host memory each "
+                'node may give parked work, such as "256G"'
+            )
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 4
     return parse_memory(setting, "c.GPUSpawner.park_memory_limit", GPUConfigError)
 

@@ -58,6 +58,11 @@ class Grant:
         return tuple(dict.fromkeys(u.device for u in self.units))
 
     @property
+    def node(self) -> str:
+        """The machine its units are on (a grant never spans two); "" on one host."""
+        return self.units[0].node if self.units else ""
+
+    @property
     def weight(self) -> Fraction:
         """GPU-equivalents held: what limits count."""
         return sum((u.weight for u in self.units), Fraction(0))

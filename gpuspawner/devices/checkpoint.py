@@ -15,8 +15,9 @@ driver brings libcuda), and the device check runs on a bare machine.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from enum import Enum
 from typing import Any, Protocol
 
@@ -71,6 +72,60 @@ class CheckpointDriver(Protocol):
     def restore(self, pid: int) -> None: ...
 
     def unlock(self, pid: int) -> None: ...
+
+
+ContainerPids = Callable[[Mapping[str, list[str]]], dict[str, list[int]]]  # key → its PIDs
+
+
+class CheckpointHost(Protocol):
+    """Where a server's processes run, and the driver's calls on them are made: this host
+    (`OnThisHost`), or a swarm node through its agent (`devices.agent_host.AgentHost`).
+    Each call raises CheckpointError for the driver's refusal, HostUnreachable where the
+    host could not be asked."""
+
+    def park(self, pids: Sequence[int], timeout_ms: int) -> None:
+        """`park` below, on that host."""
+        ...
+
+    def unpark(self, pids: Sequence[int]) -> None:
+        """`unpark` below, on that host."""
+        ...
+
+    def parked(self, containers: Mapping[str, list[str]], settle: bool) -> dict[str, list[int]]:
+        """The checkpointed CUDA processes of each container that has some (by a key, from
+        its names and ids). `settle`: a process left locked (a park or restore a previous
+        hub did not finish) is on its GPU, and is unlocked to run on."""
+        ...
+
+
+class HostUnreachable(Exception):
+    """The host that must make a driver call could not be asked (a node's agent did not
+    answer, or refused the hub): what its driver did, if anything, is not known."""
+
+
+class OnThisHost:
+    """The driver calls made here, on this host's processes (`container_pids` finds them)."""
+
+    def __init__(self, driver: CheckpointDriver, container_pids: ContainerPids) -> None:
+        self.driver, self.container_pids = driver, container_pids
+
+    def park(self, pids: Sequence[int], timeout_ms: int) -> None:
+        park(self.driver, pids, timeout_ms)
+
+    def unpark(self, pids: Sequence[int]) -> None:
+        unpark(self.driver, pids)
+
+    def parked(self, containers: Mapping[str, list[str]], settle: bool) -> dict[str, list[int]]:
+        found: dict[str, list[int]] = {}
+        for key, pids in self.container_pids(containers).items():
+            said = states(self.driver, pids)
+            for pid in (p for p, state in said.items() if settle and state is ProcessState.LOCKED):
+                with contextlib.suppress(CheckpointError):  # it ended meanwhile
+                    self.driver.unlock(pid)
+            held = [pid for pid, state in said.items() if state is ProcessState.CHECKPOINTED]
+            if held:
+                found[key] = held
+        return found
 
 
 class _LockArgs(ctypes.Structure):

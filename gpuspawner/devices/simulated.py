@@ -214,18 +214,19 @@ class SimulatedSource:
         sizes = {g.uuid: g.memory_total_bytes for g in self._gpus}
         sizes |= {m.uuid: m.memory_total_bytes for g in self._gpus for m in g.mig}
         used = self.sample([uuid])[uuid].memory_used_bytes or 0
-        return sizes.get(uuid, 0) - used
+        return sizes.get(uuid, self.MEMORY_BYTES) - used  # one it does not describe: an H100
 
     def cuda_process(self, pid: int) -> Listed | None:
         """A simulated process the load file lists now, as a CUDA process; None if none
-        lists it."""
+        lists it. A GPU it does not describe is one of a swarm node's (an agent's source
+        lists none of its own), named by its UUID."""
         devices = {str(g.index): g.uuid for g in self._gpus} | {g.uuid: g.uuid for g in self._gpus}
         for g in self._gpus:
             devices |= {f"{g.index}:{m.position}": m.uuid for m in g.mig}
             devices |= {m.uuid: m.uuid for m in g.mig}
         migs = {m.uuid for g in self._gpus for m in g.mig}
         for key, load in self._loads().items():
-            if key not in devices or not isinstance(load, Mapping):
+            if not isinstance(load, Mapping):
                 continue
             processes = self._processes(load)
             for found, process in processes:
@@ -235,7 +236,8 @@ class SimulatedSource:
                 share = float(load.get("memory_used_gib", 0)) / len(processes)
                 memory = int(float(said.get("memory_gib", share)) * 2**30)
                 refuse = said.get("refuse", {})
-                return Listed(devices[key], memory, devices[key] in migs, dict(refuse))
+                device = devices.get(key, key)
+                return Listed(device, memory, device in migs, dict(refuse))
         return None
 
     def _pid_of(self, process: Mapping[str, Any]) -> int:

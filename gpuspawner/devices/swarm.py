@@ -141,6 +141,14 @@ class SwarmSource:
         self._note_silent(node.hostname, None)
         return answer
 
+    def address_of(self, hostname: str) -> str:
+        """Where node `hostname`'s agent is reached (blocking: asks the manager); OSError
+        when the manager lists no such node."""
+        for node in self.nodes():
+            if node.hostname == hostname:
+                return node.address
+        raise OSError(f"the manager lists no node {hostname}")
+
     def process_owners(self, pids: Iterable[int]) -> dict[int, str]:
         """The container of each GPU process, as the last sample's agents said."""
         return {pid: self._owners[pid] for pid in pids if pid in self._owners}

@@ -19,6 +19,12 @@ other is on it. The one that joined waits parked from its start, with nothing of
 driver yet; parking a person for the other's turn (`park(…, for_turn=True)`) may then
 find no CUDA process of theirs: nothing to checkpoint, and they are parked all the same.
 
+The driver's calls are made where the work runs (`hosts`): on one host, here; on a swarm,
+by the agent of the grant's node, which answers the driver's refusals as the driver would.
+An agent that cannot be asked (`HostUnreachable`) leaves work where it was: a park is not
+made, a restore waits for the next try. `park_memory_limit` bounds each host's parked
+memory: on a swarm, each node's RAM holds its own.
+
 Driver calls block for seconds (they copy GPU memory), so they run in a worker thread of
 their own, one at a time. What is parked is remembered here, with the PIDs and bytes.
 """
@@ -30,17 +36,16 @@ import contextlib
 import logging
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from ..config.parking import ContainerPids
+from ..config.parking import HostOf
 from ..core.grants import Grant
 from ..core.parking import TURN_QUANTUM
 from ..core.pool import NotParkable, StillLent
 from ..core.pool_view import DeviceState
 from ..core.words import gib
-from ..devices import checkpoint
-from ..devices.checkpoint import CheckpointDriver, CheckpointError, ProcessState
+from ..devices.checkpoint import CheckpointError, CheckpointHost, HostUnreachable
 from ..engine.base import Seen
 from .broker import Broker
 from .counters import PARK_SECONDS, PARKS, RESTORE_SECONDS
@@ -58,23 +63,25 @@ class Parked:
     pids: tuple[int, ...]
     bytes: int | None  # None: not known (read back after a restart): its GPUs must be empty
     since: float
+    node: str = ""  # whose host memory holds it (a swarm node's); "" on one host
 
 
 class Parker:
     def __init__(
         self,
         broker: Broker,
-        driver: CheckpointDriver,
+        hosts: HostOf,
         memory_limit: int,
         log: logging.Logger,
         turn_quantum: float = TURN_QUANTUM,
     ) -> None:
-        self.broker, self.driver, self.memory_limit, self.log = broker, driver, memory_limit, log
+        self.broker, self.hosts, self.log = broker, hosts, log
+        self.memory_limit = memory_limit  # bytes of each host's memory that parked work may take
         self.turn_quantum = turn_quantum  # seconds: a person's turn on a GPU shared in turns
         self.executor = ThreadPoolExecutor(1, thread_name_prefix="gpuspawner-parking")
         self._seen: Observation | None = None
         self._parked: dict[int, Parked] = {}  # by grant key
-        self._pending: dict[int, int] = {}  # bytes of work being parked now, by grant key
+        self._pending: dict[int, Parked] = {}  # work being parked now, by grant key
         # Work restored since the monitor's last look, which saw it parked (no process):
         # what it is now is what it was, until the next look.
         self._restored: dict[int, Parked] = {}
@@ -96,12 +103,14 @@ class Parker:
         parked = self._parked.get(key)
         grant = self.broker.grant_of(key) if parked is None else None
         if grant is not None and grant.parked and grant.turns:
-            return Parked((), 0, grant.since)
+            return Parked((), 0, grant.since, grant.node)
         return parked
 
-    def parked_bytes(self) -> int:
-        """Host memory parked work holds, and work being parked will (unknown: none)."""
-        return sum(p.bytes or 0 for p in self._parked.values()) + sum(self._pending.values())
+    def parked_bytes(self, node: str | None = None) -> int:
+        """Host memory parked work holds, and work being parked will (unknown: none): on
+        `node`'s host, or (None) on every host."""
+        held = [*self._parked.values(), *self._pending.values()]
+        return sum(p.bytes or 0 for p in held if node is None or p.node == node)
 
     def why_not(self, grant: Grant, for_turn: bool = False) -> str:
         """Why the driver cannot park this server's work now; "" where it can. `for_turn`:
@@ -119,11 +128,13 @@ class Parker:
                 f"it runs {len(pids)} CUDA processes, and the driver cannot yet checkpoint "
                 "a program of several"
             )
-        needs, parked = self._bytes_of(grant), self.parked_bytes()
+        needs, parked = self._bytes_of(grant), self.parked_bytes(grant.node)
         if needs + parked > self.memory_limit:
+            on = f" on {grant.node}" if grant.node else ""
             return (
                 f"its {gib(needs)} GiB of GPU memory would take parked work past "
-                f"park_memory_limit ({gib(self.memory_limit)} GiB; {gib(parked)} GiB parked now)"
+                f"park_memory_limit ({gib(self.memory_limit)} GiB{on}; {gib(parked)} GiB "
+                "parked now)"
             )
         return ""
 
@@ -135,14 +146,18 @@ class Parker:
         if reason:
             return reason
         pids = self._pids_of(grant) or ()
-        needs = self._bytes_of(grant)
-        self._pending[grant.key] = needs  # counted against park_memory_limit meanwhile
+        host = self.hosts(grant.node)
+        pending = Parked(pids, self._bytes_of(grant), 0.0, grant.node)
+        self._pending[grant.key] = pending  # counted against park_memory_limit meanwhile
         try:
             with PARK_SECONDS.time():
-                await self._call(checkpoint.park, self.driver, pids, LOCK_TIMEOUT_MS)
+                await self._call(host.park, pids, LOCK_TIMEOUT_MS)
         except CheckpointError as error:
             PARKS.labels("refused").inc()
             return f"the driver refused: {error}"
+        except HostUnreachable as error:
+            PARKS.labels("refused").inc()
+            return str(error)
         finally:
             self._pending.pop(grant.key, None)
         PARKS.labels("parked").inc()
@@ -151,23 +166,23 @@ class Parker:
                 raise NotParkable("it stopped, or stopped and started again")
             self.broker.parked(grant.key)
         except NotParkable as error:  # while the driver worked
-            await self._unpark_quietly(pids)
+            await self._unpark_quietly(host, pids)
             return f"it changed meanwhile: {error}"
-        self._parked[grant.key] = Parked(pids, needs, self.broker.clock())
+        self._parked[grant.key] = replace(pending, since=self.broker.clock())
         self.log.info(
             "gpuspawner: %s parked (%d GiB of GPU memory, processes %s)",
             grant.holder.name,
-            gib(needs),
+            gib(pending.bytes or 0),
             ", ".join(map(str, pids)),
         )
         return ""
 
-    async def _unpark_quietly(self, pids: tuple[int, ...]) -> None:
+    async def _unpark_quietly(self, host: CheckpointHost, pids: tuple[int, ...]) -> None:
         """Bring back work that must not stay parked (its server changed while it was being
         parked); a refusal is logged: the server ends, or stopped already."""
         try:
-            await self._call(checkpoint.unpark, self.driver, pids)
-        except CheckpointError as error:
+            await self._call(host.unpark, pids)
+        except (CheckpointError, HostUnreachable) as error:
             self.log.error("gpuspawner: processes %s could not be brought back: %s", pids, error)
 
     def parking_now(self, key: int) -> bool:
@@ -185,11 +200,14 @@ class Parker:
         lent = [u.id for u in grant.units if states.get(u.id) is not DeviceState.FREE]
         if lent:
             return f"its GPUs are in use ({', '.join(lent)})"
-        if parked.bytes is None:
+        sizes = {g.uuid: g.memory_total_bytes for g in self.broker.site.gpus}
+        if parked.bytes is None or not all(sizes.get(d) for d in grant.uuids):
+            # How much it needs, or how much its GPUs hold, is not known (a swarm node's GPUs
+            # without a gpu-memory label): it comes back onto GPUs that run nothing.
             telemetry = self.broker.telemetry
             running = [d for d in grant.uuids if getattr(telemetry.get(d), "processes", ())]
             return f"processes run on its GPUs ({', '.join(running)})" if running else ""
-        free = sum(self._free_memory(device) for device in grant.uuids)
+        free = sum(sizes[d] - self._used_memory(d) for d in grant.uuids)
         if parked.bytes > free:
             return f"its GPU has {gib(free)} GiB free; its work needs {gib(parked.bytes)} GiB"
         return ""
@@ -206,38 +224,44 @@ class Parker:
             return False
         try:
             with RESTORE_SECONDS.time():
-                await self._call(checkpoint.unpark, self.driver, parked.pids)
+                await self._call(self.hosts(grant.node).unpark, parked.pids)
+        except HostUnreachable as error:
+            self.log.warning("gpuspawner: %s stays parked for now: %s", grant.holder.name, error)
+            with contextlib.suppress(NotParkable):
+                self.broker.parked(grant.key)  # lent again, as it was; tried again later
+            return False
         except CheckpointError as error:
-            raise RestoreFailed(f"its GPU work could not be brought back: {error}") from None
-        finally:
             self._parked.pop(grant.key, None)
+            raise RestoreFailed(f"its GPU work could not be brought back: {error}") from None
+        self._parked.pop(grant.key, None)
         self._restored[grant.key] = parked
         self.log.info("gpuspawner: %s restored on its GPUs", grant.holder.name)
         return True
 
-    def read_back(
-        self, containers: list[Seen], pids_of: ContainerPids
-    ) -> dict[int, tuple[int, ...]]:
+    def read_back(self, containers: list[Seen]) -> dict[int, tuple[int, ...]]:
         """After a restart, the driver's word (blocking): the servers whose CUDA processes it
-        holds checkpointed, with their PIDs, by spawner id. A process left locked (a park
-        or restore the last hub did not finish) is on its GPU: it is unlocked to run on."""
-        ours = {
-            str(seen.server.spawner_id): list(seen.names)
-            for seen in containers
-            if seen.running
-            and seen.server
-            and seen.server.spawner_id
-            and seen.of_hub(self.broker.hub)
-        }
+        holds checkpointed, with their PIDs, by spawner id, asked of each host. A process
+        left locked (a park or restore the last hub did not finish) is on its GPU: it is
+        unlocked to run on. A host that cannot be asked is said so in the log: its servers
+        are taken as running on their GPUs."""
+        by_node: dict[str, dict[str, list[str]]] = {}  # node → spawner id → names
+        hub = self.broker.hub
+        for seen in containers:
+            if seen.running and seen.server and seen.server.spawner_id and seen.of_hub(hub):
+                by_node.setdefault(seen.node, {})[str(seen.server.spawner_id)] = [*seen.names]
         parked: dict[int, tuple[int, ...]] = {}
-        for key, pids in pids_of(ours).items():
-            found = checkpoint.states(self.driver, pids)
-            for pid in (pid for pid, state in found.items() if state is ProcessState.LOCKED):
-                with contextlib.suppress(CheckpointError):  # it ended meanwhile
-                    self.driver.unlock(pid)
-            held = tuple(pid for pid, state in found.items() if state is ProcessState.CHECKPOINTED)
-            if held:
-                parked[int(key)] = held
+        for node, ours in by_node.items():
+            try:
+                held = self.hosts(node).parked(ours, settle=True)
+            except (HostUnreachable, CheckpointError) as error:
+                self.log.warning(
+                    "gpuspawner: what is parked on %s is not known (%s): its servers are "
+                    "taken as running on their GPUs",
+                    node or "this host",
+                    error,
+                )
+                continue
+            parked |= {int(key): tuple(pids) for key, pids in held.items()}
         return parked
 
     def adopted(self, parked: Mapping[int, tuple[int, ...]]) -> None:
@@ -246,7 +270,7 @@ class Parker:
         for key, pids in parked.items():
             grant = self.broker.grant_of(key)
             if grant is not None and grant.parked:
-                self._parked[key] = Parked(pids, None, self.broker.clock())
+                self._parked[key] = Parked(pids, None, self.broker.clock(), grant.node)
 
     def forget(self, key: int) -> None:
         """The server's container is gone: what it had parked went with it."""
@@ -270,10 +294,8 @@ class Parker:
         telemetry = self._seen.telemetry if self._seen else {}
         return sum(getattr(telemetry.get(d), "memory_used_bytes", 0) or 0 for d in grant.uuids)
 
-    def _free_memory(self, device: str) -> int:
-        used = getattr(self.broker.telemetry.get(device), "memory_used_bytes", 0) or 0
-        total = next((g.memory_total_bytes for g in self.broker.site.gpus if g.uuid == device), 0)
-        return total - used
+    def _used_memory(self, device: str) -> int:
+        return getattr(self.broker.telemetry.get(device), "memory_used_bytes", 0) or 0
 
     async def _call(self, function: Any, *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self.executor, function, *args)

@@ -27,7 +27,7 @@ from typing import Any
 from jupyterhub import orm
 from traitlets import TraitError
 
-from ..config.parking import checkpoint_driver, container_pids, memory_limit
+from ..config.parking import HostOf, checkpoint_hosts, memory_limit
 from ..config.site import GPUSite, check_container_settings, check_overrides
 from ..core.culling import Busyness
 from ..core.errors import GPUConfigError
@@ -35,7 +35,6 @@ from ..core.job_rules import JobRules, job_rules
 from ..core.limits import UserLimits
 from ..core.units import tally
 from ..core.words import gib, server_name
-from ..devices.checkpoint import CheckpointDriver
 from ..devices.swarm import SwarmSource
 from ..engine import processes
 from ..records.jobs import JobRecord
@@ -156,8 +155,7 @@ async def start_broker(app: Any, spawner_class: Any = None) -> Broker:
     containers = await _blocking(broker, lambda: engine.containers(broker.look_past))
     parked: dict[int, tuple[int, ...]] = {}
     if parker is not None:
-        read_back = functools.partial(parker.read_back, containers, container_pids(site.source))
-        parked = await _blocking(broker, read_back)
+        parked = await _blocking(broker, functools.partial(parker.read_back, containers))
     known = _known_servers(app.db, {(j.user_id, j.server) for j in record.unfinished()}, parked)
     broker.recover(containers, known, await _stopped_meanwhile(broker))
     if parker is not None:
@@ -206,22 +204,25 @@ async def start_broker(app: Any, spawner_class: Any = None) -> Broker:
     return broker
 
 
-def _parker(
-    broker: Broker, parks: tuple[CheckpointDriver, int, float] | None, log: Any
-) -> Parker | None:
+Parking = tuple[HostOf, int, float]  # where driver calls are made, host-memory cap, turn
+
+
+def _parker(broker: Broker, parks: Parking | None, log: Any) -> Parker | None:
     if parks is None:
         return None
-    driver, limit, turn_quantum = parks
+    hosts, limit, turn_quantum = parks
+    on_swarm = isinstance(broker.site.source, SwarmSource)
     log.info(
-        "gpuspawner: jobs give way by parking (%s, up to %d GiB of host memory)",
-        type(driver).__name__,
+        "gpuspawner: jobs give way by parking (%s, up to %d GiB of host memory%s)",
+        "by each node's agent" if on_swarm else "on this host",
         gib(limit),
+        " on each node" if on_swarm else "",
     )
-    return Parker(broker, driver, limit, log, turn_quantum)
+    return Parker(broker, hosts, limit, log, turn_quantum)
 
 
-def _parking(spawner: Any, site: GPUSite) -> tuple[CheckpointDriver, int, float] | None:
-    """Parking's driver, host-memory cap and turn quantum, checked (GPUConfigError); None:
+def _parking(spawner: Any, site: GPUSite) -> Parking | None:
+    """Parking's hosts, host-memory cap and turn quantum, checked (GPUConfigError); None:
     parking off."""
     if not spawner.parking:
         in_turns = [p.slug for p in site.profiles if p.turns]
@@ -233,8 +234,8 @@ def _parking(spawner: Any, site: GPUSite) -> tuple[CheckpointDriver, int, float]
             )
         return None
     on_swarm = isinstance(site.source, SwarmSource)
-    driver = checkpoint_driver(spawner.checkpoint_driver, site.source, on_swarm)
-    return driver, memory_limit(spawner.park_memory_limit), spawner.turn_quantum
+    hosts = checkpoint_hosts(spawner.checkpoint_driver, site.source)
+    return hosts, memory_limit(spawner.park_memory_limit, on_swarm), spawner.turn_quantum
 
 
 def _serve_jobs(app: Any, broker: Broker, record: JobRecord, parker: Parker | None) -> JobBoard:

@@ -1,6 +1,8 @@
 """A GPU node's agent and the hub's side of it, over real HTTP on this machine: the hub's
 SwarmSource asks each ready node's agent for its GPUs' telemetry and their processes'
-containers, with the token, and reads a node that does not answer as unknown."""
+containers, with the token, and reads a node that does not answer as unknown; with parking,
+the hub's AgentHost has the agent park and restore its containers' processes with the
+checkpoint driver's double, and the driver's refusals come back with their CUresult."""
 
 import json
 import logging
@@ -12,7 +14,15 @@ import pytest
 
 from gpuspawner.admin.agent import Agent, serve
 from gpuspawner.core.gpus import Telemetry
+from gpuspawner.devices.agent_host import AgentHost
+from gpuspawner.devices.checkpoint import (
+    CheckpointError,
+    HostUnreachable,
+    OnThisHost,
+    ProcessState,
+)
 from gpuspawner.devices.simulated import SimulatedSource
+from gpuspawner.devices.simulated_checkpoint import SimulatedCheckpointDriver
 from gpuspawner.devices.swarm import AgentAccess, SwarmSource
 
 BUSY, FAILING, FREE = "GPU-n1-0", "GPU-n1-1", "GPU-n2-0"
@@ -134,3 +144,113 @@ def test_a_pid_two_nodes_report_belongs_to_nobody(tmp_path):
         for server in servers:
             server.shutdown()
             server.server_close()
+
+
+JOB_MEMORY = 20 * 2**30
+
+
+@pytest.fixture
+def parking(tmp_path):
+    """One node's agent that parks: a job's CUDA process of 20 GiB on BUSY, and another
+    the driver cannot lock (a program of several processes); the hub's way to it."""
+    load = tmp_path / "load.json"
+    load.write_text(
+        json.dumps(
+            {
+                BUSY: {"processes": [{"container": "jupyter-job", "memory_gib": 20}]},
+                FAILING: {
+                    "processes": [
+                        {
+                            "container": "jupyter-nccl",
+                            "memory_gib": 10,
+                            "refuse": {"lock": "CUDA_ERROR_NOT_SUPPORTED"},
+                        }
+                    ]
+                },
+            }
+        )
+    )
+    simulated = SimulatedSource(load_file=str(load))
+    stand_in = SimulatedCheckpointDriver(host=simulated)
+    on_node = OnThisHost(stand_in, simulated.container_pids)
+    agent = Agent(simulated, simulated.process_owners, "s3cret", lambda: on_node)
+    server = serve(agent, "127.0.0.1", 0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    access = AgentAccess(server.server_address[1], "s3cret")
+    source = SwarmSource(lambda: [Node("n1", (BUSY, FAILING))], access)
+    yield source, AgentHost("n1", lambda: "127.0.0.1", access), stand_in
+    server.shutdown()
+    server.server_close()
+
+
+def test_the_nodes_agent_parks_its_containers_work_and_brings_it_back(parking):
+    source, host, stand_in = parking
+    [pid] = source.sample([BUSY])[BUSY].processes
+    assert source.sample([BUSY])[BUSY].memory_used_bytes == JOB_MEMORY
+
+    host.park([pid], 30_000)
+    assert stand_in.state(pid) is ProcessState.CHECKPOINTED
+    parked = source.sample([BUSY])[BUSY]  # what the hub's monitor sees of the node now
+    assert parked.processes == () and parked.memory_used_bytes == 0
+    assert host.parked({"7": ["jupyter-job"], "8": ["jupyter-nccl"]}, settle=False) == {"7": [pid]}
+
+    host.unpark([pid])
+    assert stand_in.state(pid) is ProcessState.RUNNING
+    assert source.sample([BUSY])[BUSY].memory_used_bytes == JOB_MEMORY
+    assert host.parked({"7": ["jupyter-job"]}, settle=False) == {}
+
+
+def test_the_drivers_refusal_reaches_the_hub_with_its_curesult_and_the_work_runs_on(parking):
+    source, host, stand_in = parking
+    [pid] = source.sample([FAILING])[FAILING].processes
+    with pytest.raises(CheckpointError) as refused:
+        host.park([pid], 30_000)
+    assert (refused.value.action, refused.value.pid) == ("lock", pid)
+    assert refused.value.name == "CUDA_ERROR_NOT_SUPPORTED"
+    assert stand_in.state(pid) is ProcessState.RUNNING
+
+
+def test_after_a_restart_what_was_left_locked_is_unlocked_only_when_asked_to_settle(parking):
+    source, host, stand_in = parking
+    [pid] = source.sample([BUSY])[BUSY].processes
+    stand_in.lock(pid, 0)  # a park the last hub never finished
+    assert host.parked({"7": ["jupyter-job"]}, settle=False) == {}  # gpuspawner status
+    assert stand_in.state(pid) is ProcessState.LOCKED
+    assert host.parked({"7": ["jupyter-job"]}, settle=True) == {}  # the hub's read-back
+    assert stand_in.state(pid) is ProcessState.RUNNING
+
+
+@pytest.mark.parametrize(
+    ("token", "pids", "says"),
+    [
+        ("wrong", None, "refused: a valid agent token is needed"),
+        ("s3cret", [1], "refused: process 1 runs in no container"),
+        ("s3cret", [], "refused: pids must be a list of process IDs"),
+    ],
+)
+def test_the_agent_parks_nothing_for_a_stranger_or_outside_a_container(parking, token, pids, says):
+    source, host, stand_in = parking
+    [pid] = source.sample([BUSY])[BUSY].processes
+    stranger = AgentHost("n1", host.address, AgentAccess(host.agents.port, token))
+    with pytest.raises(HostUnreachable, match=f"the agent on node n1 {says}"):
+        stranger.park([pid] if pids is None else pids, 30_000)
+    assert stand_in.state(pid) is ProcessState.RUNNING
+
+
+def test_an_agent_without_a_token_parks_nothing(tmp_path):
+    simulated = SimulatedSource(load_file=str(tmp_path / "load.json"))
+    server = serve(Agent(simulated, simulated.process_owners, "", lambda: None), "127.0.0.1", 0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    host = AgentHost("n1", lambda: "127.0.0.1", AgentAccess(server.server_address[1]))
+    try:
+        with pytest.raises(HostUnreachable, match="parks work only with a token"):
+            host.unpark([4_000_001])
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_an_agent_that_does_not_answer_is_unreachable_not_a_refusal():
+    host = AgentHost("n2", lambda: "192.0.2.1", AgentAccess(9401, "s3cret", timeout=0.2))
+    with pytest.raises(HostUnreachable, match="the agent on node n2 did not answer"):
+        host.unpark([4_000_001])

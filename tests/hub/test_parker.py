@@ -5,18 +5,20 @@ import asyncio
 import json
 import logging
 import threading
+from dataclasses import replace
 
 import pytest
 from brokers import HUB, a_broker
 
-from gpuspawner.config.parking import checkpoint_driver, memory_limit
+from gpuspawner.config.parking import checkpoint_hosts, memory_limit
 from gpuspawner.config.settings import GPUSettings
 from gpuspawner.core.errors import GPUConfigError
 from gpuspawner.core.gpus import Telemetry
 from gpuspawner.core.pool import Holder
 from gpuspawner.core.units import Request
-from gpuspawner.devices.checkpoint import ProcessState
+from gpuspawner.devices.checkpoint import HostUnreachable, OnThisHost, ProcessState
 from gpuspawner.devices.simulated_checkpoint import SimulatedCheckpointDriver, SimulatedProcess
+from gpuspawner.devices.swarm import AgentAccess, SwarmSource
 from gpuspawner.engine import docker as engine
 from gpuspawner.hub.monitor import Observation
 from gpuspawner.hub.parking import Parker
@@ -38,13 +40,23 @@ def container(grant) -> object:
     )
 
 
+def here(driver, pids: dict[str, list[int]] | None = None):
+    """Driver calls made on this host, whose containers run `pids` (by key)."""
+    on_host = OnThisHost(driver, lambda containers: pids or {})
+    return lambda node: on_host
+
+
+def driver_of(parker: Parker):
+    return parker.hosts("").driver
+
+
 def parker_seeing(pids: tuple[int, ...], memory_gib: int = 20, limit_gib: int = 64):
     broker = a_broker(gpus=1)
     grant = broker.take_now(JOB, 1)
     [uuid] = grant.uuids
     sample = Telemetry(90.0, memory_gib * GIB, processes=pids)
     owners = dict.fromkeys(pids, "jupyter-bob--job-1")
-    parker = Parker(broker, SimulatedCheckpointDriver(), limit_gib * GIB, LOG)
+    parker = Parker(broker, here(SimulatedCheckpointDriver()), limit_gib * GIB, LOG)
     parker.observed(Observation({uuid: sample}, [container(grant)], owners=owners))
     return parker, grant
 
@@ -66,24 +78,24 @@ def test_work_is_parked_only_where_the_driver_can_take_it_whole(pids, memory, sa
 def test_before_the_monitors_first_look_nothing_is_parked():
     broker = a_broker(gpus=1)
     grant = broker.take_now(JOB, 1)
-    parker = Parker(broker, SimulatedCheckpointDriver(), 64 * GIB, LOG)
+    parker = Parker(broker, here(SimulatedCheckpointDriver()), 64 * GIB, LOG)
     assert parker.why_not(grant) == "which processes it runs on its GPUs is not known yet"
 
 
 def test_a_mig_instance_is_never_parked():
     broker = a_broker(GPUSettings(simulated_host=[{"mig": ["3g.40gb"]}]))
     grant = broker.take_now(JOB, Request(mig_profile="3g.40gb"))
-    parker = Parker(broker, SimulatedCheckpointDriver(), 64 * GIB, LOG)
+    parker = Parker(broker, here(SimulatedCheckpointDriver()), 64 * GIB, LOG)
     assert "MIG instance or a shared GPU" in parker.why_not(grant)
 
 
 def test_the_driver_refusing_leaves_the_work_running_and_says_why():
     parker, grant = parker_seeing((5,))
-    parker.driver.start(5, _process(grant))
-    parker.driver.refuse("checkpoint", "CUDA_ERROR_UNKNOWN")
+    driver_of(parker).start(5, _process(grant))
+    driver_of(parker).refuse("checkpoint", "CUDA_ERROR_UNKNOWN")
     refusal = asyncio.run(parker.park(grant))
     assert "the driver refused" in refusal and "CUDA_ERROR_UNKNOWN" in refusal
-    assert parker.driver.state(5) is ProcessState.RUNNING
+    assert driver_of(parker).state(5) is ProcessState.RUNNING
     assert not parker.broker.grant_of(grant.key).parked and parker.parked_bytes() == 0
 
 
@@ -105,23 +117,31 @@ def test_after_a_restart_the_driver_says_what_is_parked_and_unlocks_what_was_lef
     before.lock(6, 0)  # a park the last hub never finished
     assert json.loads(state.read_text()).keys() == {"5", "6"}
 
-    parker = Parker(broker, SimulatedCheckpointDriver(state_file=str(state)), 64 * GIB, LOG)
-    parked = parker.read_back([container(grant)], lambda containers: {"1": [5, 6, 7]})
+    after = SimulatedCheckpointDriver(state_file=str(state))
+    parker = Parker(broker, here(after, pids={"1": [5, 6, 7]}), 64 * GIB, LOG)
+    parked = parker.read_back([container(grant)])
     assert parked == {1: (5,)}
-    assert parker.driver.state(6) is ProcessState.RUNNING
+    assert after.state(6) is ProcessState.RUNNING
 
 
 def test_parking_settings_that_cannot_work_are_refused_in_one_line():
     host = a_broker(gpus=1).site.source
-    with pytest.raises(GPUConfigError, match="parking runs on one host"):
-        checkpoint_driver("auto", host, on_swarm=True)
     with pytest.raises(GPUConfigError, match="parks simulated GPUs' work only"):
-        checkpoint_driver("simulated", object(), on_swarm=False)
+        checkpoint_hosts("simulated", object())
     with pytest.raises(GPUConfigError, match="needs the NVIDIA driver's checkpoint API"):
-        checkpoint_driver("cuda", host, on_swarm=False)  # no libcuda on this machine
+        checkpoint_hosts("cuda", host)  # no libcuda on this machine
     with pytest.raises(GPUConfigError, match="park_memory_limit must be memory"):
         memory_limit("lots")
     assert memory_limit("64G") == 64 * GIB and memory_limit("") > 0
+
+
+def test_on_a_swarm_parking_needs_the_agents_and_each_nodes_memory_limit():
+    without_token = SwarmSource(list, AgentAccess(9401))
+    with pytest.raises(GPUConfigError, match="agent_port and agent_token"):
+        checkpoint_hosts("auto", without_token)
+    with pytest.raises(GPUConfigError, match="how much host memory each node may give"):
+        memory_limit("", on_swarm=True)
+    assert memory_limit("32G", on_swarm=True) == 32 * GIB
 
 
 class HeldDriver(SimulatedCheckpointDriver):
@@ -140,14 +160,14 @@ async def parking_in_flight(changes_meanwhile):
     """A park held in the driver while `changes_meanwhile(broker, grant)` happens: the parker,
     the grant, and (what was seen while it was under way, what the park answered)."""
     parker, grant = parker_seeing((5,))
-    parker.driver = HeldDriver()
-    parker.driver.start(5, _process(grant))
+    parker.hosts("").driver = HeldDriver()
+    driver_of(parker).start(5, _process(grant))
     parking = asyncio.ensure_future(parker.park(grant))
     while not parker.parking_now(grant.key):
         await asyncio.sleep(0)
     seen = (parker.parking_now(grant.key), parker.parked_bytes())
     changes_meanwhile(parker.broker, grant)
-    parker.driver.go.set()
+    driver_of(parker).go.set()
     return parker, grant, (seen, await parking)
 
 
@@ -164,7 +184,7 @@ def test_a_server_that_stops_while_it_is_parked_is_brought_back_not_lent():
         parking_in_flight(lambda broker, grant: broker._pool.begin_release(grant.key))
     )
     assert refusal.startswith("it changed meanwhile")
-    assert parker.driver.state(5) is ProcessState.RUNNING and parker.parked_bytes() == 0
+    assert driver_of(parker).state(5) is ProcessState.RUNNING and parker.parked_bytes() == 0
 
 
 def test_work_found_parked_after_a_restart_comes_back_once_its_gpus_run_nothing():
@@ -184,7 +204,7 @@ def test_work_just_restored_can_be_parked_again_before_the_monitor_looks_again()
     """The monitor's last look saw it parked (no process); a person's return right after its
     restore must park it again, not give it SIGTERM for want of a process."""
     parker, grant = parker_seeing((5,))
-    parker.driver.start(5, _process(grant))
+    driver_of(parker).start(5, _process(grant))
     assert asyncio.run(parker.park(grant)) == ""
     [uuid] = grant.uuids
     parked = parker.broker.grant_of(grant.key)
@@ -204,7 +224,7 @@ def test_in_turns_the_one_who_joined_waits_parked_and_either_is_parked_with_no_c
     bob = broker.take_now(Holder(3, 30, "bob"), turns)
     assert bob.parked and bob.uuids == alice.uuids
     [uuid] = alice.uuids
-    parker = Parker(broker, SimulatedCheckpointDriver(), 64 * GIB, LOG, turn_quantum=60)
+    parker = Parker(broker, here(SimulatedCheckpointDriver()), 64 * GIB, LOG, turn_quantum=60)
     seen = [engine.seen(_person_container(g)) for g in (alice, bob)]
     parker.observed(Observation({uuid: Telemetry(0.0, 0)}, seen, owners={}))
     assert parker.since(bob.key) == bob.since  # parked since it joined
@@ -226,3 +246,50 @@ def _person_container(grant) -> dict:
         "State": {"Running": True},
         "HostConfig": {"DeviceRequests": engine.device_requests(grant.uuids)},
     }
+
+
+class Unreachable:
+    """A swarm node whose agent does not answer."""
+
+    def park(self, *args):
+        raise HostUnreachable("the agent on node n2 did not answer: timed out")
+
+    unpark = parked = park
+
+
+def test_work_on_a_node_whose_agent_does_not_answer_stays_where_it_is():
+    """Not parked when the agent cannot be asked to park it; parked work whose agent cannot
+    be asked to restore it stays parked, its GPU lent as before, and comes back once the
+    agent answers again (a silent agent is not a failed restore: nothing is stopped)."""
+    parker, grant = parker_seeing((5,))
+    on_host, silent = parker.hosts(""), Unreachable()
+    parker.hosts = lambda node: silent
+    assert asyncio.run(parker.park(grant)) == "the agent on node n2 did not answer: timed out"
+    assert not parker.broker.grant_of(grant.key).parked and parker.parked_bytes() == 0
+
+    parker.hosts = lambda node: on_host
+    on_host.driver.start(5, _process(grant))
+    assert asyncio.run(parker.park(grant)) == ""
+    parked = parker.broker.grant_of(grant.key)
+    parker.hosts = lambda node: silent
+    assert asyncio.run(parker.restore(parked)) is False
+    assert parker.broker.grant_of(grant.key).parked and parker.since(grant.key) is not None
+    assert on_host.driver.state(5) is ProcessState.CHECKPOINTED
+
+    parker.hosts = lambda node: on_host
+    assert asyncio.run(parker.restore(parker.broker.grant_of(grant.key)))
+    assert on_host.driver.state(5) is ProcessState.RUNNING
+
+
+def test_on_gpus_of_unknown_memory_parked_work_comes_back_once_they_run_nothing():
+    """A swarm node's GPUs without a gpu-memory label: free memory cannot be weighed."""
+    parker, grant = parker_seeing((5,))
+    driver_of(parker).start(5, _process(grant))
+    assert asyncio.run(parker.park(grant)) == ""
+    [uuid] = grant.uuids
+    parker.broker.site.gpus[0] = replace(parker.broker.site.gpus[0], memory_total_bytes=0)
+    parked = parker.broker.grant_of(grant.key)
+    parker.broker.note_telemetry({uuid: Telemetry(0.0, GIB, processes=(9,))})
+    assert parker.waits_for(parked) == f"processes run on its GPUs ({uuid})"
+    parker.broker.note_telemetry({uuid: Telemetry(0.0, 0)})
+    assert parker.waits_for(parked) == ""

@@ -1,6 +1,7 @@
 """A real hub with SwarmGPUSpawner on the three-node bed: 4 simulated GPUs per node (each
 node advertises them), servers spread over the nodes on exactly their UUIDs, a node that
-dies, a hub killed with -9, and each node's agent telling the hub how its GPUs are."""
+dies, a hub killed with -9, each node's agent telling the hub how its GPUs are, and parking
+its containers' GPU work (with the checkpoint driver's double) when the hub asks."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from docker.types import EndpointSpec, Mount, ServiceMode
-from jobkit import TRAIN, submit, wait_state
+from jobkit import TRAIN, job, submit, wait_state
 from realhub import NOTEBOOK_IMAGE, Hub
 from swarmbed import NODES, SOCKETS, Swarm, wait_for
 
@@ -42,15 +43,25 @@ c.GPUSpawner.monitor_interval = 1
 c.SwarmGPUSpawner.node_down_grace = 5
 c.SwarmGPUSpawner.agent_port = {AGENT_PORT}
 c.SwarmGPUSpawner.agent_token = {AGENT_TOKEN!r}
+c.GPUSpawner.parking = True  # by each node's agent
+c.GPUSpawner.park_memory_limit = "32G"
 c.GPUSpawner.profiles = [
     {{"display_name": "1 GPU", "slug": "gpu-1", "gpus": 1, "default": True,
       "spawner_override": {LIGHT!r}}},
     {{"display_name": "Training", "slug": "train", "gpus": 1}},  # a job's: its own server
+    {{"display_name": "1 GPU on n3", "slug": "n3", "gpus": 1, "nodes": ["n3"],
+      "spawner_override": {LIGHT!r}}},
+    {{"display_name": "Training on n3", "slug": "train-n3", "gpus": 1, "nodes": ["n3"]}},
 ]
-c.GPUSpawner.group_limits = {{"trainers": {{"max_jobs": 1, "preempt_grace": 7}}}}
+c.GPUSpawner.group_limits = {{
+    "trainers": {{"max_jobs": 1, "preempt_grace": 7}},
+    "people": {{"max_wait": 120}},  # a start that finds no GPU waits: jobs give way to it
+}}
 """
 USERS = [f"u{n}" for n in range(1, 14)]
 TRAINER = "u14"  # submits jobs
+ON_N3 = ["v1", "v2", "v3", "v4"]  # fill n3, the last one with a parked job's GPU
+GIB = 2**30
 MANAGER = f"unix://{SOCKETS}/n1.sock"
 
 
@@ -70,7 +81,7 @@ def load(swarm: Swarm, tmp_path_factory) -> Iterator[Path]:
         env=["PYTHONPATH=/opt/gpuspawner", f"GPUSPAWNER_AGENT_TOKEN={AGENT_TOKEN}"],
         mounts=[
             Mount("/opt/gpuspawner", str(CHECKOUT), type="bind", read_only=True),
-            Mount("/load", str(folder), type="bind", read_only=True),
+            Mount("/load", str(folder), type="bind"),  # and its driver's states beside it
         ],
         endpoint_spec=EndpointSpec(mode="dnsrr", ports={AGENT_PORT: (AGENT_PORT, "tcp", "host")}),
     )
@@ -82,7 +93,7 @@ def load(swarm: Swarm, tmp_path_factory) -> Iterator[Path]:
 def hub(swarm: Swarm, hub_factory, load: Path) -> Iterator[Hub]:
     assert all(len(swarm.gpus(n)) == 4 for n in NODES), "the bed runs 4 GPUs per node"
     hub = hub_factory(CONFIG, env={"DOCKER_HOST": MANAGER})
-    hub.add_users(*USERS, TRAINER, groups={"trainers": [TRAINER]})
+    hub.add_users(*USERS, *ON_N3, TRAINER, groups={"trainers": [TRAINER], "people": ON_N3})
     yield hub
     hub.stop()  # its servers' services go with it (cleanup_servers)
     for service in swarm.manager.services.list(filters={"name": hub.prefix}):
@@ -106,6 +117,37 @@ def container_on(swarm: Swarm, node: str, task: dict) -> dict:
     client = swarm.clients[node].api
     (found,) = client.containers(filters={"label": f"com.docker.swarm.task.id={task['ID']}"})
     return client.inspect_container(found["Id"])
+
+
+def put_everywhere(swarm: Swarm, hub: Hub, user: str, name: str, text: str) -> None:
+    """A file in the user's home on every node: homes are each node's own."""
+    for node in NODES:
+        swarm.clients[node].containers.run(
+            NOTEBOOK_IMAGE,
+            ["sh", "-c", f"cat > {name} <<'EOF'\n{text}\nEOF"],
+            entrypoint=[],
+            volumes={hub.home_of(user): {"bind": "/home/jovyan", "mode": "rw"}},
+            remove=True,
+        )
+
+
+def job_task(swarm: Swarm, job_id: int) -> tuple[str, dict]:
+    """The job's running task, and the node it runs on."""
+    (service,) = swarm.manager.services.list(filters={"label": f"{LABEL_JOB}={job_id}"})
+    (task,) = [t for t in service.tasks() if t["DesiredState"] == "running"]
+    (node,) = [n for n in NODES if swarm.clients[n].info()["Swarm"]["NodeID"] == task["NodeID"]]
+    return node, task
+
+
+def gpuspawner_cli(hub: Hub, *args: str) -> subprocess.CompletedProcess[str]:
+    """`gpuspawner ARGS --config` the hub's config, run as an admin would on the manager."""
+    return subprocess.run(
+        [str(Path(sys.executable).parent / "gpuspawner"), *args, "--config", str(hub.config_file)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "DOCKER_HOST": MANAGER, "NO_COLOR": "1"},
+        timeout=300,
+    )
 
 
 def row(hub: Hub, uuid: str) -> dict:
@@ -218,18 +260,7 @@ def test_doctor_has_a_line_per_node_and_its_agent(swarm: Swarm, hub: Hub):
             f"{node}'s agent answers the hub",
             90,
         )
-    doctor = subprocess.run(
-        [
-            str(Path(sys.executable).parent / "gpuspawner"),
-            "doctor",
-            "--config",
-            str(hub.config_file),
-        ],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "DOCKER_HOST": MANAGER, "NO_COLOR": "1"},
-        timeout=300,
-    )
+    doctor = gpuspawner_cli(hub, "doctor")
     lines = doctor.stdout.splitlines()
     for node in NODES:
         assert any(f"Node {node}:" in line for line in lines), doctor.stdout
@@ -242,19 +273,11 @@ def test_a_job_runs_on_a_node_and_has_its_grace_between_sigterm_and_sigkill(swar
     GPU and has the group's preempt_grace (7 s) before SIGKILL; cancelled, its script gets
     SIGTERM and saves its checkpoint. Homes are each node's own, so the script is put in
     the trainer's home on every node."""
-    for node in NODES:
-        swarm.clients[node].containers.run(
-            NOTEBOOK_IMAGE,
-            ["sh", "-c", f"cat > train.py <<'EOF'\n{TRAIN}\nEOF"],
-            entrypoint=[],
-            volumes={hub.home_of(TRAINER): {"bind": "/home/jovyan", "mode": "rw"}},
-            remove=True,
-        )
+    put_everywhere(swarm, hub, TRAINER, "train.py", TRAIN)
     submitted = submit(hub, TRAINER, profile="train", script="train.py")
     running = wait_state(hub, TRAINER, submitted["id"], "running")
     (service,) = swarm.manager.services.list(filters={"label": f"{LABEL_JOB}={submitted['id']}"})
-    (task,) = [t for t in service.tasks() if t["DesiredState"] == "running"]
-    (node,) = [n for n in NODES if swarm.clients[n].info()["Swarm"]["NodeID"] == task["NodeID"]]
+    node, task = job_task(swarm, submitted["id"])
     grace = service.attrs["Spec"]["TaskTemplate"]["ContainerSpec"]["StopGracePeriod"]
     assert grace == 7_000_000_000  # nanoseconds: swarm stops the task with it, not the default 10 s
     container = container_on(swarm, node, task)
@@ -272,3 +295,59 @@ def test_a_job_runs_on_a_node_and_has_its_grace_between_sigterm_and_sigkill(swar
         remove=True,
     )
     assert saved.decode() == "saved\n"  # SIGTERM, and time to save: not a SIGKILL
+
+
+def test_a_job_is_parked_by_its_nodes_agent_for_a_persons_start_and_comes_back_after(
+    swarm: Swarm, hub: Hub, load: Path
+):
+    """Parking on a swarm. The trainer's job runs on n3 with a CUDA process of 20 GiB (in
+    the simulated GPUs' load, which n3's agent reads). With n3's other GPUs taken, a
+    person's start on n3 needs the job's GPU: the hub has n3's agent park the job's process
+    (its driver's double holds it checkpointed, as the state file it keeps shows), and the
+    person starts at once. `gpuspawner status` asks the agents and shows the job parked. A
+    hub kill -9 reads it back as parked on the agent's word; when the person leaves, the
+    agent restores the job on its GPU, the same run going on."""
+    put_everywhere(swarm, hub, TRAINER, "train.py", TRAIN)
+    submitted = submit(hub, TRAINER, profile="train-n3", script="train.py")
+    running = wait_state(hub, TRAINER, submitted["id"], "running")
+    [uuid] = running["gpus"]
+    node, task = job_task(swarm, submitted["id"])
+    assert node == "n3"
+    process = {"container": container_on(swarm, node, task)["Id"], "memory_gib": 20}
+    load.write_text(json.dumps({uuid: {"utilization_percent": 90, "processes": [process]}}))
+    wait_for(
+        lambda: job(hub, TRAINER, submitted["id"])["gpu_use"][0]["memory_used_bytes"] == 20 * GIB,
+        "n3's agent reports the job's 20 GiB",
+    )
+    driver_states = load.with_name("load.json.checkpoints")
+    for user in ON_N3[:3]:
+        hub.spawn_ready(user, profile="n3")
+
+    hub.spawn_ready(ON_N3[3], profile="n3")  # at once: the job is parked, not stopped
+    assert placed(hub)[ON_N3[3]] == ("n3", uuid)
+    parked = wait_state(hub, TRAINER, submitted["id"], "parked")
+    assert parked["attempts"] == 1 and ON_N3[3] in parked["reason"]
+    assert [p["state"] for p in json.loads(driver_states.read_text()).values()] == ["CHECKPOINTED"]
+    wait_for(lambda: row(hub, uuid)["telemetry"]["memory_used_bytes"] == 0, "its memory freed")
+    mine = [{"user": TRAINER, "server": running["server"], "job": True}]
+    assert row(hub, uuid)["parked"] == mine
+    status = gpuspawner_cli(hub, "status")
+    assert f"{TRAINER}/{running['server']} (parked)" in status.stdout, status.stdout + status.stderr
+
+    hub.kill()
+    hub.start()
+    assert row(hub, uuid)["parked"] == mine  # the agent's word, read back
+    assert job(hub, TRAINER, submitted["id"])["state"] == "parked"
+
+    hub.stop_server(ON_N3[3])
+    back = wait_state(hub, TRAINER, submitted["id"], "running")
+    assert back["attempts"] == 1 and back["gpus"] == [uuid]  # the same run, going on
+    assert json.loads(driver_states.read_text()) == {}  # running again, on the driver's word
+    wait_for(
+        lambda: job(hub, TRAINER, submitted["id"])["gpu_use"][0]["memory_used_bytes"] == 20 * GIB,
+        "its memory back on its GPU",
+    )
+    hub.api("DELETE", f"/users/{TRAINER}/gpu-jobs/{submitted['id']}")
+    for user in ON_N3[:3]:
+        hub.stop_server(user)
+    load.write_text("{}")
