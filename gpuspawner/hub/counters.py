@@ -112,3 +112,10 @@ RESTORE_SECONDS = Histogram(
     "Time the driver took to restore and unlock parked work (host memory back to the GPU).",
     buckets=DRIVER_BUCKETS,
 )
+RESTORE_WAIT_SECONDS = Histogram(
+    "gpuspawner_restore_wait_seconds",
+    "Time a parked person waited for their GPU work to be back, from their wake (a cell run, "
+    "a new process on their GPU) to the end of its restore: jobs giving way, a turn ending, "
+    "and the driver's copy.",
+    buckets=(1, 2, 5, 10, 30, 60, 120, 300, 600, 1800),
+)

@@ -100,10 +100,16 @@ class PoolCollector(Collector):
                     "idle_seconds",
                     "How long every server holding (part of) this GPU has had its GPUs idle.",
                 ),
+                (
+                    "parked",
+                    "Servers and jobs bound to this GPU whose work is parked in host memory "
+                    "(with parking; the one on it, if any, is in gpu_allocated).",
+                ),
             ]
         }
         pool = broker.pool
         now = broker.clock()
+        parked = [{u.gpu for u in g.units} for g in pool.grants() if g.parked and not g.stopping]
         for gpu in broker.site.gpus:
             labels = [gpu.uuid, str(gpu.index), gpu.model]
             sample = broker.telemetry.get(gpu.uuid)
@@ -118,6 +124,7 @@ class PoolCollector(Collector):
                 "healthy": float(not pool.marked_unhealthy(gpu.uuid)),
                 "memory_total_bytes": float(gpu.memory_total_bytes),
                 "idle_seconds": now - max(since) if since and len(since) == len(idle) else 0.0,
+                "parked": float(sum(gpu.uuid in gpus for gpus in parked)),
             }
             if sample is not None:
                 readings = {

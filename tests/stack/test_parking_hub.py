@@ -247,6 +247,15 @@ def wait_residency(hub: Hub, user: str, state: str, timeout: float = 60) -> None
     hub.wait_for(lambda: residency(hub, user) == state, timeout, f"{user}'s server {state}")
 
 
+def gpu_parked(hub: Hub) -> dict[str, float]:
+    """gpuspawner_gpu_parked by GPU: the servers and jobs bound to it whose work is parked."""
+    return {
+        dict(labels)["uuid"]: value
+        for (name, labels), value in hub.metrics().items()
+        if name == "gpuspawner_gpu_parked"
+    }
+
+
 def person_on_gpu(hub: Hub, load_file, user: str, profile="light-1") -> tuple[str, dict]:
     """`user`'s server, with a CUDA process of 10 GiB on its GPU that has gone idle. Its GPU
     is busy until then, so that its idle clock starts only once its process is listed."""
@@ -266,6 +275,8 @@ def test_an_idle_persons_gpu_runs_a_job_meanwhile_and_comes_back_when_they_retur
 
     running, lent, load = running_on_gpu(hub, load_file, beside=load)
     assert lent == uuid  # on carol's GPU, lent
+    assert gpu_parked(hub) == {uuid: 1}  # carol's work, under the job's
+    waits = hub.metrics()[("gpuspawner_restore_wait_seconds_count", ())]
 
     woken = hub.api("POST", "/users/carol/server/gpu-lease/wake")  # a cell is about to run
     assert woken.status_code == 200, woken.text
@@ -273,6 +284,8 @@ def test_an_idle_persons_gpu_runs_a_job_meanwhile_and_comes_back_when_they_retur
     wait_residency(hub, "carol", "resident")
     parked = wait_state(hub, "bob", running["id"], "parked")
     assert "carol's return" in parked["reason"] and hub.held_by("carol") == [uuid]
+    assert hub.metrics()[("gpuspawner_restore_wait_seconds_count", ())] == waits + 1
+    assert gpu_parked(hub) == {uuid: 1}  # now the job's, under carol's
 
     wait_residency(hub, "carol", "parked")  # idle again: the job goes on on her GPU
     assert wait_state(hub, "bob", running["id"], "running")["attempts"] == 1

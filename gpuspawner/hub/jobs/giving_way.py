@@ -41,7 +41,7 @@ class GivingWay(JobBooks):
         self.rules_of, self.parker = rules_of, parker
         self._parking: dict[int, frozenset[str]] = {}  # job id → its units, while parking
         self._evicting: set[int] = set()  # parked people's grant keys, stopped for a start
-        self._waking: set[int] = set()  # parked people's grant keys: they want their GPUs
+        self._waking: dict[int, float] = {}  # parked people who want their GPUs: since when
         self._restoring: set[int] = set()  # grant keys whose restore is under way (`restoring`)
         # Turns (`turns`): people being parked for the other's turn, when each person's work
         # last came onto its GPU, and why the one on it cannot be parked for a waiting one.
@@ -112,7 +112,7 @@ class GivingWay(JobBooks):
             if g.parked
             and not g.holder.job
             and not g.stopping
-            and g.key not in self._evicting | self._waking
+            and g.key not in self._evicting | self._waking.keys()
         ]
         return sorted(people, key=lambda g: parker.since(g.key) or 0.0)
 

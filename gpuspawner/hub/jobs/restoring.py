@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from ...core.jobs import Event, JobState
 from ...core.pool import Grant
+from ..counters import RESTORE_WAIT_SECONDS
 from ..parking import RestoreFailed
 from . import words
 from .turns import Turns
@@ -26,7 +27,7 @@ class Restoring(Turns):
         if state != "parked":
             return state
         if grant.key not in self._waking:  # (while being parked: restored once it is)
-            self._waking.add(grant.key)
+            self._waking[grant.key] = self.broker.clock()
             self.log.info("gpuspawner: %s wakes", grant.holder.name)
         self._restore_parked()
         return self.residency(grant.key)
@@ -82,14 +83,16 @@ class Restoring(Turns):
         try:
             back = await self.parker.restore(grant)
         except RestoreFailed as failure:
-            self._waking.discard(grant.key)
+            self._waking.pop(grant.key, None)
             self._restore_failed(grant, failure)
             return
         finally:
             self._restoring.discard(grant.key)
         if not back:
             return
-        self._waking.discard(grant.key)
+        woke = self._waking.pop(grant.key, None)
+        if woke is not None:  # a person who ran a cell, waiting for it since
+            RESTORE_WAIT_SECONDS.observe(self.broker.clock() - woke)
         self._on_gpu(grant.key)
         job = self._by_server(grant.holder.user_id, grant.holder.server)
         if job is not None and job.state is JobState.PARKED:
@@ -109,6 +112,6 @@ class Restoring(Turns):
 
     def forget_server(self, key: int) -> None:
         """Its container is gone: it neither wakes nor is stopped any more."""
-        self._waking.discard(key)
+        self._waking.pop(key, None)
         self._evicting.discard(key)
         self._forget_turns(key)
