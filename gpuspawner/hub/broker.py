@@ -323,12 +323,14 @@ class Broker:
         request: Request | int,
         admit: Admission | None = None,
         keep: frozenset[str] = frozenset(),
+        borrows: bool = True,
     ) -> Grant:
         """GPUs now (NotEnoughGPUs, or what `admit` raises, refuses): the one place the
         pool's units are taken for a server, timed for the allocation histogram. `keep`:
-        units not to take (a waking person's, for a job)."""
+        units not to take (a waking person's, for a job). `borrows`: whether a parked
+        person's GPUs may be lent it (a job that could give them back at once)."""
         with ALLOCATION_SECONDS.time():
-            grant = self._pool.allocate(holder, request, admit, keep=keep)
+            grant = self._pool.allocate(holder, request, admit, borrows, keep)
         self._idle.forget(grant.key)  # a server stopped and started between two ticks
         if grant.units and self._ledger is not None:
             self._ledger.opened(grant, float(grant.weight))

@@ -13,8 +13,9 @@ from brokers import a_broker
 
 from gpuspawner.config.settings import GPUSettings
 from gpuspawner.core.limits import Limited
+from gpuspawner.core.placement import NotEnoughGPUs
 from gpuspawner.core.pool import DeviceState, Grant, Holder
-from gpuspawner.core.units import bare
+from gpuspawner.core.units import Request, bare
 from gpuspawner.engine import docker as engine
 from gpuspawner.hub.broker import Broker
 from gpuspawner.hub.recovery import KnownServers
@@ -258,3 +259,15 @@ async def test_one_call_takes_a_servers_gpus_or_says_in_words_why_not():
     assert (short.value.reason, short.value.status) == ("capacity", 409)
     assert str(short.value).startswith("Not enough free GPUs: profile '2 GPUs' needs 2, 1 of 2")
     assert [g.holder for g in broker.pool.grants()] == [ANN]  # refusals took nothing
+
+
+def test_a_job_that_could_not_give_a_parked_persons_gpu_back_at_once_is_not_lent_it():
+    """A 2-GPU job (an NCCL program, which the driver cannot park) would make the person who
+    comes back wait for its grace: the board asks without borrowing, and it waits."""
+    broker = a_broker(gpus=2)
+    person = broker.take_now(Holder(2, 20, "carol"), 1)
+    broker.parked(person.key)
+    nccl = Holder(3, 30, "bob", "job-1", job=True)
+    with pytest.raises(NotEnoughGPUs):
+        broker.take_now(nccl, Request(2), borrows=False)
+    assert len(broker.take_now(nccl, Request(2)).units) == 2  # one that parks may borrow

@@ -35,7 +35,7 @@ from ...core.jobs import (
 from ...core.limits import LimitExceeded, UserLimits
 from ...core.placement import NotEnoughGPUs
 from ...core.pool import Grant, Holder
-from ...core.units import Request
+from ...core.units import Kind, Request
 from ...records.jobs import Job, JobRecord
 from ..broker import Broker
 from ..counters import JOB_PREEMPTIONS, JOB_WAIT_SECONDS
@@ -252,8 +252,15 @@ class JobBoard(Restoring):
             return  # it waits for the budget's window to move on
         server_id = self.launcher.server_id(job.user_id, job.server)
         holder = Holder(server_id, job.user_id, job.user, job.server, job=True)
+        # A parked person's GPU is lent only to a job the driver could park when they come
+        # back: a run on one whole GPU (one on several is an NCCL program, which it cannot
+        # checkpoint today; MIG instances and slots are never parked). Others would make
+        # the person wait for their grace.
+        parkable = request.count == 1 and request.kind is Kind.GPU
         try:
-            grant = self.broker.take_now(holder, request, limits.admit, self.wanted_back())
+            grant = self.broker.take_now(
+                holder, request, limits.admit, self.wanted_back(), borrows=parkable
+            )
         except (NotEnoughGPUs, LimitExceeded):
             return  # later: what is free now does not fit it, or its user holds enough
         now = self.broker.clock()
