@@ -159,8 +159,8 @@ def handler_for(agent: Agent) -> type[BaseHTTPRequestHandler]:
             else:
                 try:
                     length = int(self.headers.get("Content-Length") or 0)
-                    body = json.loads(self.rfile.read(min(length, MAX_BODY)))
-                except ValueError:
+                    body = json.loads(self.rfile.read(max(0, min(length, MAX_BODY))))
+                except (ValueError, RecursionError):  # not JSON, or nested past reason
                     body = None
                 self._reply(*agent.call(self.path, body))
 

@@ -150,20 +150,22 @@ def scan(seen: Iterable[Seen], inventory: Inventory, hub: str = "") -> Holdings:
 def parked(holdings: Holdings, setting: str, source: GPUSource) -> Holdings:
     """The servers whose CUDA processes the checkpoint driver (`setting`, the hub's
     c.GPUSpawner.checkpoint_driver; on a swarm, each node's agent) holds checkpointed are
-    marked parked; nothing is changed. Where the driver cannot be asked, nothing is marked
-    and `unparked` says why."""
+    marked parked; nothing is changed. Where a driver cannot be asked (on a swarm, a node's
+    whose agent does not answer), its servers are not marked and `unparked` says why."""
     try:
         hosts = checkpoint_hosts(setting, source)
-        held: set[str] = set()
-        for node in {server.node for server in holdings.servers}:
-            theirs = {
-                str(n): list(s.names) for n, s in enumerate(holdings.servers) if s.node == node
-            }
-            held |= set(hosts(node).parked(theirs, settle=False))
-    except (GPUConfigError, CheckpointError, HostUnreachable) as error:
+    except GPUConfigError as error:
         return replace(holdings, unparked=str(error))
+    held: set[str] = set()
+    unknown: list[str] = []  # why some hosts could not say (a node's agent down)
+    for node in sorted({server.node for server in holdings.servers}):
+        theirs = {str(n): list(s.names) for n, s in enumerate(holdings.servers) if s.node == node}
+        try:
+            held |= set(hosts(node).parked(theirs, settle=False))
+        except (CheckpointError, HostUnreachable) as error:
+            unknown.append(str(error))
     servers = [replace(s, parked=str(n) in held) for n, s in enumerate(holdings.servers)]
-    return replace(holdings, servers=servers)
+    return replace(holdings, servers=servers, unparked="; ".join(unknown))
 
 
 def pool_rows(

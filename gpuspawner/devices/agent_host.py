@@ -28,6 +28,7 @@ from .swarm import DIRECT, AgentAccess
 PARK_PATH, UNPARK_PATH, PARKED_PATH = "/v1/park", "/v1/unpark", "/v1/parked"
 REFUSED = 409  # the HTTP status of the driver's refusal: its CUresult is in the body
 CALL_TIMEOUT = 300.0  # seconds: a park waits for queued GPU work, then copies GiBs
+READ_BACK_TIMEOUTS = 5  # a read-back's time, in the agents' sample timeouts
 
 
 class AgentHost:
@@ -37,6 +38,8 @@ class AgentHost:
         self.node, self.address, self.agents = node, address, agents
 
     def park(self, pids: Sequence[int], timeout_ms: int) -> None:
+        if not pids:
+            return  # nothing on the GPU to park (a person parked for the other's turn)
         try:
             self._call(PARK_PATH, {"pids": list(pids), "timeout_ms": timeout_ms})
         except HostUnreachable:
@@ -45,10 +48,14 @@ class AgentHost:
             raise
 
     def unpark(self, pids: Sequence[int]) -> None:
-        self._call(UNPARK_PATH, {"pids": list(pids)})
+        if pids:  # none: a person who waited for a turn, whose work was never on the GPU
+            self._call(UNPARK_PATH, {"pids": list(pids)})
 
     def parked(self, containers: Mapping[str, list[str]], settle: bool) -> dict[str, list[int]]:
-        answer = self._call(PARKED_PATH, {"containers": dict(containers), "settle": settle})
+        body = {"containers": dict(containers), "settle": settle}
+        # Quick for the driver (states only): a node that is down must not hold a hub's
+        # start for a park's timeout.
+        answer = self._call(PARKED_PATH, body, self.agents.timeout * READ_BACK_TIMEOUTS)
         found = answer.get("parked")
         if not isinstance(found, Mapping) or not all(
             isinstance(pids, list) and all(isinstance(p, int) for p in pids)
@@ -57,7 +64,9 @@ class AgentHost:
             raise HostUnreachable(f"the agent on node {self.node} answered no list of PIDs")
         return {str(key): pids for key, pids in found.items()}
 
-    def _call(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    def _call(
+        self, path: str, body: dict[str, Any], timeout: float = CALL_TIMEOUT
+    ) -> dict[str, Any]:
         where = f"the agent on node {self.node}"
         try:
             address = self.address()
@@ -72,7 +81,7 @@ class AgentHost:
             )
             if self.agents.token:
                 request.add_header("Authorization", f"Bearer {self.agents.token}")
-            with DIRECT.open(request, timeout=CALL_TIMEOUT) as reply:
+            with DIRECT.open(request, timeout=timeout) as reply:
                 answer = json.loads(reply.read())
         except HTTPError as error:
             said = _json(error)

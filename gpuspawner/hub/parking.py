@@ -22,7 +22,8 @@ find no CUDA process of theirs: nothing to checkpoint, and they are parked all t
 The driver's calls are made where the work runs (`hosts`): on one host, here; on a swarm,
 by the agent of the grant's node, which answers the driver's refusals as the driver would.
 An agent that cannot be asked (`HostUnreachable`) leaves work where it was: a park is not
-made, a restore waits for the next try. `park_memory_limit` bounds each host's parked
+made; a restore may have been made, so its GPUs are lent to nobody until the agent answers
+it again. `park_memory_limit` bounds each host's parked
 memory: on a swarm, each node's RAM holds its own.
 
 Driver calls block for seconds (they copy GPU memory), so they run in a worker thread of
@@ -32,7 +33,6 @@ their own, one at a time. What is parked is remembered here, with the PIDs and b
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -85,6 +85,7 @@ class Parker:
         # Work restored since the monitor's last look, which saw it parked (no process):
         # what it is now is what it was, until the next look.
         self._restored: dict[int, Parked] = {}
+        self._unsure: set[int] = set()  # restores whose host did not answer: asked again
 
     def observed(self, observation: Observation) -> None:
         """The monitor's latest look: which container runs which GPU process."""
@@ -214,29 +215,42 @@ class Parker:
 
     async def restore(self, grant: Grant) -> bool:
         """Bring parked work back if it can come now (`waits_for`): True once it runs on its
-        GPUs again, False if it must wait; RestoreFailed if the driver refused."""
+        GPUs again, False if it must wait; RestoreFailed if the driver refused. A restore
+        whose host did not answer may have been made: its GPUs stay its own, lent to
+        nobody, and the restore is asked again (`unsure`) until the host answers."""
+        unsure = grant.key in self._unsure
         parked = self._parked_of(grant.key)
-        if parked is None or self.waits_for(grant):
+        if parked is None or (not unsure and self.waits_for(grant)):
             return False
-        try:
-            self.broker.take_back(grant.key)
-        except (StillLent, KeyError):
-            return False
+        if not unsure:
+            try:
+                self.broker.take_back(grant.key)
+            except (StillLent, KeyError):
+                return False
         try:
             with RESTORE_SECONDS.time():
                 await self._call(self.hosts(grant.node).unpark, parked.pids)
         except HostUnreachable as error:
-            self.log.warning("gpuspawner: %s stays parked for now: %s", grant.holder.name, error)
-            with contextlib.suppress(NotParkable):
-                self.broker.parked(grant.key)  # lent again, as it was; tried again later
+            self._unsure.add(grant.key)
+            self.log.warning(
+                "gpuspawner: %s may not be back on its GPUs (%s): its GPUs are lent to nobody "
+                "and its restore is asked again",
+                grant.holder.name,
+                error,
+            )
             return False
         except CheckpointError as error:
-            self._parked.pop(grant.key, None)
+            self.forget(grant.key)
             raise RestoreFailed(f"its GPU work could not be brought back: {error}") from None
         self._parked.pop(grant.key, None)
+        self._unsure.discard(grant.key)
         self._restored[grant.key] = parked
         self.log.info("gpuspawner: %s restored on its GPUs", grant.holder.name)
         return True
+
+    def unsure(self, key: int) -> bool:
+        """Whether the server's restore was asked of a host that did not answer."""
+        return key in self._unsure
 
     def read_back(self, containers: list[Seen]) -> dict[int, tuple[int, ...]]:
         """After a restart, the driver's word (blocking): the servers whose CUDA processes it
@@ -276,6 +290,7 @@ class Parker:
         """The server's container is gone: what it had parked went with it."""
         self._parked.pop(key, None)
         self._restored.pop(key, None)
+        self._unsure.discard(key)
 
     def close(self) -> None:
         self.executor.shutdown(wait=False, cancel_futures=True)

@@ -225,7 +225,7 @@ def test_after_a_restart_what_was_left_locked_is_unlocked_only_when_asked_to_set
     [
         ("wrong", None, "refused: a valid agent token is needed"),
         ("s3cret", [1], "refused: process 1 runs in no container"),
-        ("s3cret", [], "refused: pids must be a list of process IDs"),
+        ("s3cret", [0], "refused: pids must be a list of process IDs"),
     ],
 )
 def test_the_agent_parks_nothing_for_a_stranger_or_outside_a_container(parking, token, pids, says):
@@ -254,3 +254,11 @@ def test_an_agent_that_does_not_answer_is_unreachable_not_a_refusal():
     host = AgentHost("n2", lambda: "192.0.2.1", AgentAccess(9401, "s3cret", timeout=0.2))
     with pytest.raises(HostUnreachable, match="the agent on node n2 did not answer"):
         host.unpark([4_000_001])
+
+
+def test_a_person_in_turns_with_no_cuda_process_is_parked_and_restored_without_a_call(parking):
+    """Nothing of theirs is on the GPU: there is nothing to ask the agent (which refuses an
+    empty list), as there is nothing for the driver to do on one host."""
+    _, host, _ = parking
+    host.park([], 30_000)
+    host.unpark([])

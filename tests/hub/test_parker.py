@@ -258,9 +258,10 @@ class Unreachable:
 
 
 def test_work_on_a_node_whose_agent_does_not_answer_stays_where_it_is():
-    """Not parked when the agent cannot be asked to park it; parked work whose agent cannot
-    be asked to restore it stays parked, its GPU lent as before, and comes back once the
-    agent answers again (a silent agent is not a failed restore: nothing is stopped)."""
+    """Not parked when the agent cannot be asked to park it. A restore whose agent does not
+    answer may have been made: its GPU is its own again, lent to nobody (a job lent it could
+    run out of memory beside the restored work), and the restore is asked again until the
+    agent answers; nothing is stopped (a silent agent is not a failed restore)."""
     parker, grant = parker_seeing((5,))
     on_host, silent = parker.hosts(""), Unreachable()
     parker.hosts = lambda node: silent
@@ -273,12 +274,14 @@ def test_work_on_a_node_whose_agent_does_not_answer_stays_where_it_is():
     parked = parker.broker.grant_of(grant.key)
     parker.hosts = lambda node: silent
     assert asyncio.run(parker.restore(parked)) is False
-    assert parker.broker.grant_of(grant.key).parked and parker.since(grant.key) is not None
+    [uuid] = grant.uuids
+    assert parker.unsure(grant.key) and not parker.broker.grant_of(grant.key).parked
+    assert parker.broker.pool.holder_of(uuid).key == grant.key  # lent to nobody
     assert on_host.driver.state(5) is ProcessState.CHECKPOINTED
 
     parker.hosts = lambda node: on_host
     assert asyncio.run(parker.restore(parker.broker.grant_of(grant.key)))
-    assert on_host.driver.state(5) is ProcessState.RUNNING
+    assert on_host.driver.state(5) is ProcessState.RUNNING and not parker.unsure(grant.key)
 
 
 def test_on_gpus_of_unknown_memory_parked_work_comes_back_once_they_run_nothing():

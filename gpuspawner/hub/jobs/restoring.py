@@ -36,7 +36,7 @@ class Restoring(Turns):
         """ "parked" from the moment the driver starts parking it: a cell run then must wake
         it (its GPU calls would wait), "restoring" until it is back, else "resident"."""
         grant = self.broker.grant_of(key)
-        if key in self._restoring:
+        if key in self._restoring or (self.parker is not None and self.parker.unsure(key)):
             return "restoring"
         parking = self.parker is not None and self.parker.parking_now(key)
         return "parked" if parking or (grant is not None and grant.parked) else "resident"
@@ -44,7 +44,12 @@ class Restoring(Turns):
     def _restore_parked(self) -> None:
         if self.parker is None:
             return
-        parked = [g for g in self.broker.pool.grants() if g.parked and not g.stopping]
+        grants = self.broker.pool.grants()
+        for grant in grants:  # restores whose host did not answer, asked again
+            if self.parker.unsure(grant.key) and grant.key not in self._restoring:
+                self._restoring.add(grant.key)
+                self._spawn(self._restore(grant))
+        parked = [g for g in grants if g.parked and not g.stopping]
         people = [g for g in parked if g.key in self._waking]
         self._make_way_for(people)
         jobs = [
