@@ -120,7 +120,14 @@ def _agents(source: SwarmSource) -> HostOf:
             "and only for a hub with its token: set c.SwarmGPUSpawner.agent_port and "
             "agent_token (docs/swarm.md)"
         )
-    return lambda node: AgentHost(node, lambda: source.address_of(node), source.agents)
+    hosts: dict[str, AgentHost] = {}
+
+    def host_of(node: str) -> CheckpointHost:
+        if node not in hosts:
+            hosts[node] = AgentHost(node, lambda: source.address_of(node), source.agents)
+        return hosts[node]
+
+    return host_of
 
 
 def checkpoint_driver(setting: str, source: Any) -> CheckpointDriver:

@@ -194,7 +194,7 @@ class Parker:
         """Why parked work cannot come back now ("" when it can): its GPUs are lent, or
         hold too little free memory for it."""
         parked = self._parked_of(grant.key)
-        if parked is None or grant.key in self._unsure:  # unsure: its GPUs are its own
+        if parked is None:
             return ""
         pool = self.broker.pool
         states = pool.states()
@@ -218,10 +218,11 @@ class Parker:
         GPUs again, False if it must wait; RestoreFailed if the driver refused. A restore
         whose host did not answer may have been made: its GPUs stay its own, lent to
         nobody, and the restore is asked again (`unsure`) until the host answers."""
+        unsure = grant.key in self._unsure
         parked = self._parked_of(grant.key)
-        if parked is None or self.waits_for(grant):
+        if parked is None or (not unsure and self.waits_for(grant)):
             return False
-        if grant.key not in self._unsure:  # (one asked again holds its GPUs already)
+        if not unsure:
             try:
                 self.broker.take_back(grant.key)
             except (StillLent, KeyError):

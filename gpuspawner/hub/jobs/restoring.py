@@ -45,7 +45,10 @@ class Restoring(Turns):
         if self.parker is None:
             return
         grants = self.broker.pool.grants()
-        unsure = [g for g in grants if self.parker.unsure(g.key)]  # their host said nothing
+        for grant in grants:  # restores whose host did not answer, asked again
+            if self.parker.unsure(grant.key) and grant.key not in self._restoring:
+                self._restoring.add(grant.key)
+                self._spawn(self._restore(grant))
         parked = [g for g in grants if g.parked and not g.stopping]
         people = [g for g in parked if g.key in self._waking]
         self._make_way_for(people)
@@ -57,7 +60,7 @@ class Restoring(Turns):
             and job.state is JobState.PARKED
         ]
         taken: set[str] = set()
-        for grant in (*unsure, *people, *jobs):
+        for grant in (*people, *jobs):
             units = {u.id for u in grant.units}
             if grant.key in self._restoring or units & taken or self.parker.waits_for(grant):
                 continue
