@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
@@ -45,6 +46,7 @@ class Observation:
     layout: dict[str, tuple[Unit, ...]] | None = None  # None: not read this time
     busy: Mapping[int, bool | None] = field(default_factory=dict)  # by grant key, from `apply`
     unreachable: dict[str, str] | None = None  # machines no server may go to, and why
+    at: float = math.inf  # the broker's clock when the reads began (inf: after all it knows)
 
 
 Listener = Callable[[Observation], Awaitable[None] | None]
@@ -93,6 +95,7 @@ class Monitor:
     def observe(self) -> Observation:
         """Blocking reads, for a worker thread."""
         broker = self.broker
+        at = broker.clock()
         layout = None
         try:
             layout = broker.site.layout_now()
@@ -108,8 +111,10 @@ class Monitor:
             containers = broker.engine.containers(broker.look_past)
             unreachable = broker.engine.unreachable()
         except Exception as error:
-            return Observation(telemetry, None, str(error), owners, layout)
-        return Observation(telemetry, containers, None, owners, layout, unreachable=unreachable)
+            return Observation(telemetry, None, str(error), owners, layout, at=at)
+        return Observation(
+            telemetry, containers, None, owners, layout, unreachable=unreachable, at=at
+        )
 
     def apply(self, observation: Observation) -> Observation:
         """What was seen, onto the broker's books; the observation with its servers' busy

@@ -84,9 +84,13 @@ class Reclaimer:
 
     def _while_parked(self, grant: Grant, observation: Observation) -> None:
         """A process of a parked server opened its GPU (a terminal's `python train.py`, a
-        kernel the driver did not park): the server wakes, as for a cell run."""
-        jobs = self.broker.jobs
-        if jobs is not None and processes_of(grant, observation, self.broker.hub):
+        kernel the driver did not park): the server wakes, as for a cell run. Only a look
+        begun after it was parked counts: one begun before still sees the parked work."""
+        jobs, parker = self.broker.jobs, self.parker
+        parked_since = parker.since(grant.key) if parker is not None else None
+        if jobs is None or parked_since is None or parked_since >= observation.at:
+            return
+        if processes_of(grant, observation, self.broker.hub):
             jobs.wake(grant)
 
     def _job_waits_on(self, grant: Grant, now: float) -> Verdict | None:

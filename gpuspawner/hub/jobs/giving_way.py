@@ -43,6 +43,7 @@ class GivingWay(JobBooks):
         self._evicting: set[int] = set()  # parked people's grant keys, stopped for a start
         self._waking: dict[int, float] = {}  # parked people who want their GPUs: since when
         self._restoring: set[int] = set()  # grant keys whose restore is under way (`restoring`)
+        self._for_people: frozenset[str] = frozenset()  # units people's waiting starts take
         # Turns (`turns`): people being parked for the other's turn, when each person's work
         # last came onto its GPU, and why the one on it cannot be parked for a waiting one.
         self._turning: set[int] = set()
@@ -59,7 +60,7 @@ class GivingWay(JobBooks):
         files kept), those parked longest first, and the jobs lent their GPUs give way. What
         already frees up counts, and what a start ahead will take is not counted twice. A
         parked person's GPUs are never another person's otherwise: they are claimed from
-        the start."""
+        the start. The units the starts will take are kept from jobs (`kept_from_jobs`)."""
         pool = self.broker.pool
         freed = frozenset(u.id for g in pool.grants() if g.stopping for u in g.units)
         freed |= frozenset().union(*self._parking.values())
@@ -70,6 +71,7 @@ class GivingWay(JobBooks):
             if g.parked and not g.holder.job and not g.stopping and g.key not in self._evicting
             for u in g.units
         )
+        for_people: frozenset[str] = frozenset()
         for entry in reading.people_short_of_gpus(self.broker.line):
             found = self.rules_of(entry.holder.user_id)
             request = entry.request
@@ -90,10 +92,14 @@ class GivingWay(JobBooks):
                     entry.holder, request, freed, claimed, parked
                 )
             claimed |= taken or frozenset()
+            for_people |= taken or frozenset()
+        self._for_people = for_people
 
-    def wanted_back(self) -> frozenset[str]:
-        """The units of parked people who woke: no job is lent them meanwhile."""
-        return frozenset(
+    def kept_from_jobs(self) -> frozenset[str]:
+        """Units no job is given or restored onto now: those of parked people who woke, and
+        those people's waiting starts will take once what is being freed is free (the last
+        pass of `_make_way`): the line wins over a job."""
+        return self._for_people | frozenset(
             u.id
             for g in self.broker.pool.grants()
             if g.key in self._waking and g.parked

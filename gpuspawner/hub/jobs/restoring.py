@@ -4,8 +4,8 @@ A parked person's server wakes (`wake`: a cell run in it, a process of it on its
 from then on each pass of the line makes the running jobs lent its GPUs give way
 (parked, else SIGTERM: `giving_way`), or the person on a GPU it shares in turns end
 their turn (`turns`), and it is restored once they are free with room for its memory.
-A parked job is restored whenever its GPUs are free again, after the people who woke
-(people first: the line has just run, and a person's start may have been lent them).
+A parked job is restored whenever its GPUs are free again, after the people who woke,
+and never onto GPUs a person's waiting start will take (`kept_from_jobs`): people first.
 A restore the driver refuses stops that server or job, files kept.
 """
 
@@ -60,10 +60,13 @@ class Restoring(Turns):
             and job.state is JobState.PARKED
         ]
         taken: set[str] = set()
+        kept = self.kept_from_jobs()
         for grant in (*people, *jobs):
             units = {u.id for u in grant.units}
             if grant.key in self._restoring or units & taken or self.parker.waits_for(grant):
                 continue
+            if grant.holder.job and units & kept:
+                continue  # a person's start takes them (the line wins), or a woken person
             taken |= units
             self._restoring.add(grant.key)
             self._spawn(self._restore(grant))
