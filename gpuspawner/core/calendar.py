@@ -1,0 +1,150 @@
+"""The machine's calendar: GPUs booked ahead for a user or a group, and GPUs drained for
+maintenance.
+
+As in Slurm's reservations, a booking's GPUs are chosen when it is made, from those no
+other booking or drain holds at any instant of its window: so never more GPUs are booked
+than exist, and a GPU is never promised twice. Inside its window a booked GPU serves only
+its holders; outside it, it is an ordinary GPU of the pool. A drain holds its GPUs from its
+start until it is ended (`undrain`) and serves nobody: it is how an admin takes GPUs, a
+model, a node or the whole machine out for a driver update.
+
+Pure: the hub asks which GPUs a start may not use now (`closed_to`), which it had better
+avoid (`ahead_of`), and when a running server must stop (`stops_at`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection, Iterable, Sequence
+from dataclasses import dataclass
+
+from .words import at_clock, duration
+
+PAST_SLACK = 60.0  # seconds: "now" typed a moment ago is not a window in the past
+
+
+class InvalidWindow(ValueError):
+    """A booking or drain that cannot be made, with the reason in words."""
+
+
+@dataclass(frozen=True)
+class Window:
+    """A booking (it has a holder: a user or a group) or a drain (it has none)."""
+
+    id: int
+    gpus: frozenset[str]  # GPU UUIDs
+    start: float
+    end: float = math.inf  # a drain's is inf until it is ended
+    user: str = ""  # a booking's holder: a user ...
+    group: str = ""  # ... or a group's members
+    reason: str = ""  # a drain's reason; a booking's note
+    let_finish: bool = False  # servers running at its start run on (their next start waits)
+    by: str = ""  # who made it
+    asked: str = ""  # what was asked, in words: "2 GPUs of gpu-1", "node n2"
+
+    @property
+    def drain(self) -> bool:
+        return not (self.user or self.group)
+
+    @property
+    def holder(self) -> str:
+        return self.user or (f"group {self.group}" if self.group else "")
+
+    def serves(self, user: str, groups: Collection[str]) -> bool:
+        """Whether the user's servers may use its GPUs while it is open."""
+        return bool((self.user and self.user == user) or (self.group and self.group in groups))
+
+    def open_at(self, moment: float) -> bool:
+        return self.start <= moment < self.end
+
+    def overlaps(self, start: float, end: float) -> bool:
+        return self.start < end and start < self.end
+
+    def title(self) -> str:
+        """What it makes of its GPUs, for a sentence ("its GPU is …"): "booked for alice",
+        "taken out for maintenance: driver update"."""
+        if self.drain:
+            return "taken out for maintenance" + (f": {self.reason}" if self.reason else "")
+        return f"booked for {self.holder}"
+
+
+def stop_reason(window: Window, now: float) -> str:
+    """Why a server on its GPUs was stopped, for the notice its user reads."""
+    return f"its GPUs are {window.title()} from {at_clock(window.start, now)} (the calendar)"
+
+
+def check_window(start: float, end: float, now: float, longest: float | None = None) -> None:
+    """InvalidWindow unless [start, end) is a window that can still be booked: it ends after
+    it starts, does not start in the past, and is no longer than `longest` (seconds)."""
+    if not (math.isfinite(start) and (math.isfinite(end) or end == math.inf)):
+        raise InvalidWindow("A window needs a start and an end")
+    if end <= start:
+        raise InvalidWindow("The window ends before it starts")
+    if start < now - PAST_SLACK:
+        raise InvalidWindow("The window starts in the past")
+    if longest is not None and end - start > longest:
+        raise InvalidWindow(
+            f"The window is {duration(end - start)} long; your group allows "
+            f"{duration(longest)} (max_booking)"
+        )
+
+
+def choose_gpus(
+    windows: Iterable[Window], candidates: Sequence[str], count: int, start: float, end: float
+) -> tuple[str, ...]:
+    """`count` of `candidates` (in the order given: placement's preference) that no window
+    holds at any instant of [start, end); InvalidWindow saying how many are left if fewer."""
+    if count < 1:
+        raise InvalidWindow("A booking needs at least 1 GPU")
+    taken = {g for w in windows if w.overlaps(start, end) for g in w.gpus}
+    free = [g for g in candidates if g not in taken]
+    if len(free) < count:
+        raise InvalidWindow(
+            f"Only {len(free)} of the {len(candidates)} GPUs asked for are neither booked nor "
+            f"drained for the whole window; {count} were asked"
+        )
+    return tuple(free[:count])
+
+
+def closed_to(
+    windows: Iterable[Window], user: str, groups: Collection[str], now: float
+) -> dict[str, Window]:
+    """GPU → the window that keeps this user's new servers off it now."""
+    closed: dict[str, Window] = {}
+    for window in sorted(windows, key=lambda w: w.start):
+        if window.open_at(now) and not window.serves(user, groups):
+            for gpu in window.gpus:
+                closed.setdefault(gpu, window)
+    return closed
+
+
+def ahead_of(
+    windows: Iterable[Window], user: str, groups: Collection[str], now: float, until: float
+) -> dict[str, Window]:
+    """GPU → the first window that starts after now and before `until` and does not serve
+    this user: a server of theirs started on it now would stop then."""
+    ahead: dict[str, Window] = {}
+    for window in sorted(windows, key=lambda w: w.start):
+        if now < window.start < until and not window.serves(user, groups):
+            for gpu in window.gpus:
+                ahead.setdefault(gpu, window)
+    return ahead
+
+
+def stops_at(
+    windows: Iterable[Window],
+    gpus: Collection[str],
+    user: str,
+    groups: Collection[str],
+    since: float,
+    now: float,
+) -> Window | None:
+    """The first window, open now or ahead, that a server on `gpus` running since `since`
+    stops for: one that does not serve its user, unless it lets the servers running at its
+    start finish; None when none will stop it."""
+    for window in sorted(windows, key=lambda w: w.start):
+        if window.end <= now or window.serves(user, groups) or not window.gpus & set(gpus):
+            continue
+        if not (window.let_finish and since < window.start):
+            return window
+    return None
