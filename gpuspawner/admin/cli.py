@@ -157,6 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--format", choices=("table", "csv", "json"), default="table", help="default: table"
     )
     _job_commands(commands)
+    _calendar_commands(commands)
     return parser
 
 
@@ -185,6 +186,53 @@ def _job_commands(commands: Any) -> None:
     for name, what in (("logs", "its state, progress and last output lines"), ("cancel", "")):
         action = actions.add_parser(name, help=what or "cancel a job (its outputs are kept)")
         action.add_argument("id", type=int, help="the job's number")
+
+
+def _calendar_commands(commands: Any) -> None:
+    """`calendar`, `book`, `drain` and `undrain`: the calendar, through the hub's API."""
+    found = [
+        commands.add_parser(
+            "calendar",
+            help="the GPUs' bookings and drains, open now or ahead (docs/calendar.md)",
+            description="List the calendar's bookings and drains through the hub's REST API.",
+        ),
+        book := commands.add_parser(
+            "book",
+            help="book GPUs ahead for a user or a group",
+            description="Book GPUs for a window: for yourself where your group's max_booking "
+            "allows, or as an admin for anyone.",
+        ),
+        drain := commands.add_parser(
+            "drain",
+            help="take GPUs, a model, a node or the machine out for maintenance (admins)",
+            description="From --start (default now), no new start lands on the GPUs and "
+            "servers on them are stopped, files kept, with the reason.",
+        ),
+        undrain := commands.add_parser(
+            "undrain", help="end a drain or a booking now, or cancel one ahead"
+        ),
+    ]
+    for parser in found:
+        parser.add_argument("--api-url", default="", help="the hub's API (JUPYTERHUB_API_URL)")
+        parser.add_argument("--token", default="", help="an API token (JUPYTERHUB_API_TOKEN)")
+    found[0].add_argument("--json", action="store_true", help="print the API's JSON")
+    book.add_argument("--gpus", type=int, required=True, help="how many GPUs")
+    book.add_argument("--start", required=True, help="ISO 8601, e.g. 2026-12-10T09:00 (UTC)")
+    book.add_argument("--end", required=True, help="ISO 8601")
+    book.add_argument("--user", default="", help="for whom (default: you)")
+    book.add_argument("--group", default="", help="for a group's members instead")
+    book.add_argument("--profile", default="", help="GPUs a whole-GPU profile may use")
+    book.add_argument("--model", default="", help="GPUs of one model, e.g. 'NVIDIA H100'")
+    book.add_argument("--let-finish", action="store_true", help="running servers run on")
+    book.add_argument("--note", default="", help="what it is for")
+    which = drain.add_mutually_exclusive_group(required=True)
+    which.add_argument("--gpu", action="append", dest="gpus", help="a GPU's UUID (repeatable)")
+    which.add_argument("--model", help="every GPU of this model")
+    which.add_argument("--node", help="every GPU of this swarm node")
+    which.add_argument("--all", action="store_true", help="every GPU")
+    drain.add_argument("--start", default="now", help="ISO 8601 (default: now)")
+    drain.add_argument("--reason", required=True, help="what users read, e.g. 'driver update'")
+    undrain.add_argument("id", type=int, help="the window's number (gpuspawner calendar)")
 
 
 def _config_file(parser: argparse.ArgumentParser, why: str = "") -> None:
@@ -254,7 +302,8 @@ def _installed() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    command = importlib.import_module(f"gpuspawner.admin.{args.command}")
+    module = "calendar" if args.command in ("book", "drain", "undrain") else args.command
+    command = importlib.import_module(f"gpuspawner.admin.{module}")
     try:
         return int(command.main(args))
     except KeyboardInterrupt:

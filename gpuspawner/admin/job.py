@@ -26,17 +26,30 @@ class HubSaid(Exception):
     """The hub refused: its status and message."""
 
 
-def main(args: argparse.Namespace) -> int:
+def reach(args: argparse.Namespace, needs_user: bool) -> tuple[str, str, str] | None:
+    """The hub's API, a token and (`needs_user`) whose, from the options or else from the
+    environment every notebook server has; None once it has said what is missing."""
     api = (args.api_url or os.environ.get("JUPYTERHUB_API_URL", "")).rstrip("/")
     token = args.token or os.environ.get("JUPYTERHUB_API_TOKEN", "")
-    user = args.user or os.environ.get("JUPYTERHUB_USER", "")
-    if not (api and token and user):
-        print(
-            "gpuspawner job: give --api-url, --token and --user (or run it inside a notebook "
-            "server, where JUPYTERHUB_API_URL, JUPYTERHUB_API_TOKEN and JUPYTERHUB_USER are set)",
-            file=sys.stderr,
-        )
+    user = getattr(args, "user", "") or os.environ.get("JUPYTERHUB_USER", "")
+    if api and token and (user or not needs_user):
+        return api, token, user
+    names = ("--api-url, --token and --user", ", JUPYTERHUB_API_TOKEN and JUPYTERHUB_USER")
+    if not needs_user:
+        names = ("--api-url and --token", " and JUPYTERHUB_API_TOKEN")
+    print(
+        f"gpuspawner {args.command}: give {names[0]} (or run it inside a notebook server, "
+        f"where JUPYTERHUB_API_URL{names[1]} are set)",
+        file=sys.stderr,
+    )
+    return None
+
+
+def main(args: argparse.Namespace) -> int:
+    reached = reach(args, needs_user=True)
+    if reached is None:
         return 2
+    api, token, user = reached
     jobs = f"{api}/users/{quote(user, safe='')}/gpu-jobs"
     try:
         if args.action == "submit":

@@ -34,6 +34,7 @@ FINITE_NUMBERS = {
     "usage_half_life_days": ("days", False),
     "line_reserve_after": ("seconds", True),
     "warn_before_cull": ("seconds", True),
+    "calendar_warning": ("seconds", True),
 }
 
 
@@ -216,6 +217,15 @@ class GPUSettings(ParkingSettings, HasTraits):
         extension in the notebook images). The status bar shows the time left all
         along; the warning is a notification that stays until closed. 0: no
         warning. Example: `c.GPUSpawner.warn_before_cull = 30 * 60`.""",
+    )
+    calendar_warning = Float(
+        3600.0,
+        config=True,
+        help="""Seconds before a booking or a drain of the calendar opens on a running
+        server's GPUs that its user is warned in JupyterLab: the server stops when the
+        window opens (files kept), unless the booking lets running servers finish. The
+        lease shows the stop all along. 0: no warning. Example:
+        `c.GPUSpawner.calendar_warning = 2 * 3600` (see docs/calendar.md).""",
     )
 
     @validate(*FINITE_NUMBERS)

@@ -22,7 +22,14 @@ from .schema import known_keys_only
 from .usage import WEEK
 
 COUNT_KEYS = ("max_gpus_per_server", "max_gpus_per_user", "max_gpus_group")
-DURATION_KEYS = ("gpu_idle_timeout", "idle_timeout", "cpu_idle_timeout", "max_age", "max_parked")
+DURATION_KEYS = (
+    "gpu_idle_timeout",
+    "idle_timeout",
+    "cpu_idle_timeout",
+    "max_age",
+    "max_parked",
+    "max_booking",
+)
 # The waiting line's keys. Unset (None) is 0 for both: no waiting, no precedence.
 LINE_KEYS = ("max_wait", "priority")
 HOURS_KEYS = ("gpu_hours_per_week", "gpu_hours_per_week_group")
@@ -48,6 +55,7 @@ class Limits:
     cpu_idle_timeout: float | None = None
     max_age: float | None = None
     max_parked: float | None = None  # seconds a parked server stays parked; then it is stopped
+    max_booking: float | None = None  # the longest window a member books for themselves
     max_wait: float | None = None  # seconds a start may wait in line for GPUs; 0: refuse at once
     priority: int | None = None  # higher goes first in the waiting line
     gpu_hours_per_week: float | None = None

@@ -20,9 +20,10 @@ from fractions import Fraction
 from .limits import Limited
 from .words import at_clock, count_gpus, duration, from_group
 
+CALENDAR = "calendar"  # a booking or drain opening on the server's GPUs (`core.calendar`)
 NOTIFICATION_LENGTH = 140  # JupyterLab cuts a notification's message after this many characters
 
-WARNED = ("max_age", "gpu_idle_timeout")
+WARNED = ("max_age", "gpu_idle_timeout", CALENDAR)
 LOOK_AGAIN_SECONDS = (5.0, 30.0)  # the soonest and the latest the lease should be read again
 
 
@@ -66,6 +67,8 @@ class Lease:
         if deadline is None or deadline.stops_at is None:
             return None
         when = f"at {at_clock(deadline.stops_at, self.now)} ({_in(deadline.stops_at - self.now)})"
+        if deadline.key == CALENDAR:
+            return deadline.says[:NOTIFICATION_LENGTH]
         if deadline.key == "gpu_idle_timeout":
             idle = self.now - (deadline.stops_at - deadline.limit)
             return (
@@ -110,6 +113,8 @@ def lease(
     gpu_use_known: bool = True,
     parks: bool = False,
     parked: bool = False,
+    window: tuple[float, str] | None = None,
+    window_warning: float = 0.0,
 ) -> Lease:
     """The deadlines of a server holding `gpus` GPUs (GPU-equivalents) since `started`.
 
@@ -120,7 +125,9 @@ def lease(
     `cpu_idle_timeout` to CPU-only ones, as the spawner tells it at start. `parks`: the hub
     parks the server's GPU work at its gpu_idle_timeout instead of stopping it (parking is
     on), so that limit stops nothing and is never warned of; `parked`: its GPU work is
-    parked now, so that limit has nothing more to say.
+    parked now, so that limit has nothing more to say. `window`: when a window of the
+    calendar that stops the server opens, and what it is ("booked for group ml"), warned of
+    `window_warning` seconds ahead.
     """
     keys = ("max_age", "gpu_idle_timeout", "idle_timeout") if gpus else ("cpu_idle_timeout",)
     deadlines = []
@@ -142,6 +149,13 @@ def lease(
         if stops_at is not None and warn_before > 0 and key in WARNED:
             warn_at = stops_at - warn_before
         deadlines.append(Deadline(key, seconds, limit.group, stops_at, warn_at, says))
+    if window is not None:
+        opens, what = window
+        says = (
+            f"This server stops at {at_clock(opens, now)} ({_in(opens - now)}): its "
+            f"{count_gpus(gpus)} {_is(gpus)} {what}. Save your work before then."
+        )
+        deadlines.append(Deadline(CALENDAR, 0.0, None, opens, opens - window_warning, says))
     return Lease(gpus, tuple(deadlines), now)
 
 

@@ -17,12 +17,13 @@ until then it stays held, shown as "stopping", and the monitor keeps asking.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from types import MappingProxyType
-from typing import TYPE_CHECKING, ClassVar, Protocol
+from typing import ClassVar
 
 from ..config.site import GPUSite
 from ..core.culling import IdleClock
@@ -37,45 +38,19 @@ from ..core.silence import Silence, Silences
 from ..core.units import Request, Unit
 from ..core.usage import DEFAULT_HALF_LIFE, decayed_gpu_hours
 from ..engine.base import Engine, LookPast, Seen
+from ..records.calendar import CalendarRecord
 from ..records.ledger import Ledger
 from ..records.line import LineRecord, Waited
+from .calendar import Calendar, GroupsOf
 from .counters import ALLOCATION_SECONDS
+from .jobs_part import JobsPart
 from .line import Line, WaitEnded
 from .machine import Machine
 from .recovery import KnownServers, adopt, recover_ledger
 from .refusals import refused
 from .removals import Removals
 
-if TYPE_CHECKING:
-    from ..records.jobs import Job
-    from .jobs.launch import Launch
-
 RECENT_USE_HALF_LIVES = 10  # use older than this many half-lives counts for less than 0.1 %
-
-
-class JobsPart(Protocol):
-    """What the broker tells the hub's jobs (`hub.jobs.board`), which act on the books only
-    through the broker's methods."""
-
-    def line_ran(self) -> None: ...
-
-    def released(self, grant: Grant) -> None: ...
-
-    def launching(self, server_id: int) -> Launch | None: ...
-
-    def awaiting_start(self, server_id: int) -> bool: ...
-
-    def is_job(self, user_id: int, server: str) -> bool: ...
-
-    def job_server(self, user_id: int, server: str) -> bool: ...
-
-    def unfinished(self) -> list[Job]: ...
-
-    def parked_bytes(self) -> int: ...
-
-    def wake(self, grant: Grant) -> str: ...
-
-    def residency(self, key: int) -> str: ...
 
 
 class BrokerNotRunning(RuntimeError):
@@ -100,8 +75,11 @@ class Broker:
         reserve_after: float = DEFAULT_RESERVE_AFTER,
         half_life: float = DEFAULT_HALF_LIFE,
         limits_of: Callable[[int], UserLimits | None] = lambda user_id: None,
+        calendar: CalendarRecord | None = None,
+        groups_of: GroupsOf = lambda user: frozenset(),
     ) -> None:
-        """`limits_of`: a user's limits by id, for the line's estimates of when GPUs free up."""
+        """`limits_of`: a user's limits by id, for the line's estimates of when GPUs free up.
+        `calendar`: where bookings and drains are written; `groups_of`: a user's groups."""
         self.site = site
         self.engine = engine
         self.hub = hub  # DockerSpawner.prefix: which containers on the engine are this hub's
@@ -117,6 +95,7 @@ class Broker:
         self._ledger = ledger  # the usage ledger: every grant's start, end and busy time
         self._half_life = half_life  # of recent use, which orders the waiting line
         self._jobs: JobsPart | None = None  # the hub's jobs, once read back (`serve_jobs`)
+        self.calendar = Calendar(site, clock, calendar, groups_of)  # bookings and drains
         self._line = Line(
             self._pool,
             self._idle,
@@ -324,17 +303,35 @@ class Broker:
         admit: Admission | None = None,
         keep: frozenset[str] = frozenset(),
         borrows: bool = True,
+        lasts: float | None = None,
     ) -> Grant:
         """GPUs now (NotEnoughGPUs, or what `admit` raises, refuses): the one place the
         pool's units are taken for a server, timed for the allocation histogram. `keep`:
         units not to take (a waking person's, for a job). `borrows`: whether a parked
-        person's GPUs may be lent it (a job that could give them back at once)."""
+        person's GPUs may be lent it (a job that could give them back at once). Never GPUs
+        the calendar keeps from its user now, and those a window opens on within `lasts`
+        (seconds it may run; None: no end) only where no others will do."""
+        kept = self.calendar.kept_from(holder.user, lasts)
         with ALLOCATION_SECONDS.time():
-            grant = self._pool.allocate(holder, request, admit, borrows, keep)
+            grant = self._allocate(holder, request, admit, borrows, keep | kept.now, kept.ahead)
         self._idle.forget(grant.key)  # a server stopped and started between two ticks
         if grant.units and self._ledger is not None:
             self._ledger.opened(grant, float(grant.weight))
         return grant
+
+    def _allocate(
+        self,
+        holder: Holder,
+        request: Request | int,
+        admit: Admission | None,
+        borrows: bool,
+        keep: frozenset[str],
+        avoid: frozenset[str],
+    ) -> Grant:
+        if avoid:
+            with contextlib.suppress(NotEnoughGPUs):
+                return self._pool.allocate(holder, request, admit, borrows, keep | avoid)
+        return self._pool.allocate(holder, request, admit, borrows, keep)
 
     def grant_of(self, key: int) -> Grant | None:
         return self._pool.grant_of(key)

@@ -84,6 +84,7 @@ def lease_of(spawner: Any, broker: Broker) -> dict[str, Any]:
         durations["idle_timeout" if units else "cpu_idle_timeout"] = spawner.idle_limit
     started = grant.since if grant is not None else _epoch(spawner.orm_spawner.started) or now
     residency = _residency(spawner, broker)
+    window = broker.calendar.stop_for(grant) if grant is not None else None
     current = lease(
         gpus=grant.weight if grant is not None else 0,
         started=started,
@@ -95,6 +96,8 @@ def lease_of(spawner: Any, broker: Broker) -> dict[str, Any]:
         gpu_use_known=broker.gpu_use_known(spawner.orm_spawner.id),
         parks=bool(spawner.parking),
         parked=residency["state"] != "resident",
+        window=(window.start, window.title()) if window is not None else None,
+        window_warning=spawner.calendar_warning,
     )
     return {
         "user": user.name,

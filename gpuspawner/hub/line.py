@@ -26,7 +26,7 @@ import sqlite3
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from fractions import Fraction
-from typing import Any
+from typing import Any, Protocol
 
 from ..core import line as words
 from ..core.culling import IdleClock
@@ -40,7 +40,15 @@ from ..records.line import LineRecord, Waited
 from . import line_status
 from .counters import observe_wait
 
-TakeNow = Callable[[Holder, Request, Admission], Grant]  # GPUs now, or why not (raises)
+
+class TakeNow(Protocol):
+    """GPUs now, or why not (raises), for a server that may run `lasts` seconds."""
+
+    def __call__(
+        self, holder: Holder, request: Request, admit: Admission, *, lasts: float | None
+    ) -> Grant: ...
+
+
 RECENT_USE_TTL = 60.0  # seconds between two reads of everyone's recent use from the ledger
 
 
@@ -271,7 +279,10 @@ class Line:
         """Try to reserve for one waiter, in line order: the pool decides and takes at once."""
         entry = self._entries[waiting.key]
         try:
-            grant = self.take_now(entry.holder, request or entry.request, entry.limits.admit)
+            lasts = entry.limits.duration("max_age").value
+            grant = self.take_now(
+                entry.holder, request or entry.request, entry.limits.admit, lasts=lasts
+            )
         except NotEnoughGPUs as short:
             entry.blocked = short
             if self.pool.on_one_machine(entry.request) < entry.request.count:  # never fits

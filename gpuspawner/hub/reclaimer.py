@@ -18,6 +18,10 @@ With parking on, a server past its `gpu_idle_timeout` is parked instead (`hub.pa
 its kernel lives, its GPUs may run jobs, and it wakes when its user runs a cell or a
 process of it opens its GPU. Parked longer than its group's `max_parked` (or past its
 `max_age`), it is stopped as without parking.
+
+A server on GPUs that a booking or a drain of the calendar opens on is stopped as it opens,
+with the notice that says why (a job gives way and waits again), unless the booking lets
+running servers finish.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from typing import Any
 
 from jupyterhub.utils import utcnow
 
+from ..core.calendar import Window, stop_reason
 from ..core.culling import Verdict, decide, parked_too_long
 from ..core.pool import Grant
 from ..core.usage import UsageRecord
@@ -66,17 +71,28 @@ class Reclaimer:
             job = self._is_job(grant)
             if busy or job:  # a running job is never idle: it ends when its run ends
                 self._record_activity(user, grant.holder.server)
+            window = self._window_open(grant, now)
+            jobs = self.broker.jobs
+            if job and window is not None and jobs is not None:
+                jobs.leave(grant, stop_reason(window, now))
             if job:
                 continue  # its own limit is max_runtime (`hub.jobs`)
             if grant.parked:
                 self._while_parked(grant, observation)
             verdict = self._verdict(user, grant, now)
+            if window is not None:
+                verdict = Verdict(grant.key, stop_reason(window, now))
             if verdict is None and not grant.parked:
                 verdict = self._job_waits_on(grant, now)
             if verdict is not None and grant.key not in self._stopping:
                 parks = verdict.idle and self.parker is not None
                 act = self._park if parks else self._stop
                 self._stopping[grant.key] = asyncio.ensure_future(act(user, grant, verdict, now))
+
+    def _window_open(self, grant: Grant, now: float) -> Window | None:
+        """A booking or drain open now that this server must leave its GPUs for."""
+        window = self.broker.calendar.stop_for(grant)
+        return window if window is not None and window.start <= now else None
 
     def _is_job(self, grant: Grant) -> bool:
         jobs = self.broker.jobs

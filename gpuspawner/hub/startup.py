@@ -37,9 +37,10 @@ from ..core.units import tally
 from ..core.words import gib, server_name
 from ..devices.swarm import SwarmSource
 from ..engine import processes
+from ..records.calendar import CalendarRecord
 from ..records.jobs import JobRecord
 from ..records.ledger import Ledger
-from . import access, budgets, lease_api, metrics, notices, pages, slow_starts
+from . import access, budgets, calendar_api, lease_api, metrics, notices, pages, slow_starts
 from .broker import Broker, BrokerNotRunning
 from .jobs import api as jobs_api
 from .jobs.board import JobBoard
@@ -147,6 +148,8 @@ async def start_broker(app: Any, spawner_class: Any = None) -> Broker:
         ledger=ledger,
         reserve_after=spawner.line_reserve_after,
         half_life=spawner.usage_half_life_days * 24 * 3600,
+        calendar=CalendarRecord(spawner.usage_ledger_file),
+        groups_of=functools.partial(_groups_of, app),
     )
     _end_previous_line(app, broker)
     parker = _parker(broker, parks, app.log)
@@ -194,6 +197,7 @@ async def start_broker(app: Any, spawner_class: Any = None) -> Broker:
     metrics.register_once()
     pages.install(app)
     lease_api.install(app)
+    calendar_api.install(app)
     jobs_api.install(app)
     app.log.info(
         "gpuspawner: %d GPU(s) in the pool (%s), %d free",
@@ -330,6 +334,12 @@ def _limits_of(app: Any, broker: Broker, user_id: int) -> UserLimits | None:
     except KeyError:
         return None
     return broker.site.limits.for_user({g.name for g in user.groups}, bool(user.admin))
+
+
+def _groups_of(app: Any, user: str) -> frozenset[str]:
+    """A user's groups, by name (a booking for a group serves its members)."""
+    found = orm.User.find(app.db, user)
+    return frozenset(g.name for g in found.groups) if found is not None else frozenset()
 
 
 def _open_ledger(path: str) -> Ledger:

@@ -292,6 +292,7 @@ def test_the_lease_names_each_unit_held_and_counts_its_share():
         name="",
         idle_limit=None,
         warn_before_cull=0,
+        calendar_warning=0,
         parking=False,
         user_options={"profile": "slice"},
         images_offered=lambda: [],

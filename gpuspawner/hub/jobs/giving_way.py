@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import replace
 
 from ...core.give_way import RunningJob, giving_way
 from ...core.job_rules import JobRules
@@ -60,7 +61,8 @@ class GivingWay(JobBooks):
         files kept), those parked longest first, and the jobs lent their GPUs give way. What
         already frees up counts, and what a start ahead will take is not counted twice. A
         parked person's GPUs are never another person's otherwise: they are claimed from
-        the start. The units the starts will take are kept from jobs (`kept_from_jobs`)."""
+        the start. The units the starts will take are kept from jobs (`kept_from_jobs`); GPUs the
+        calendar keeps from a person count for nothing to their start."""
         pool = self.broker.pool
         freed = frozenset(u.id for g in pool.grants() if g.stopping for u in g.units)
         freed |= frozenset().union(*self._parking.values())
@@ -74,7 +76,8 @@ class GivingWay(JobBooks):
         for_people: frozenset[str] = frozenset()
         for entry in reading.people_short_of_gpus(self.broker.line):
             found = self.rules_of(entry.holder.user_id)
-            request = entry.request
+            closed = self.broker.calendar.kept_from(entry.holder.user, None).now
+            request = replace(entry.request, not_on=entry.request.not_on | closed)
             taken = pool.would_take(request, freed, claimed)
             if taken is None and found is not None and found[1].preempts:
                 chosen = giving_way(
@@ -199,6 +202,16 @@ class GivingWay(JobBooks):
                 return
             self.log.info("gpuspawner: %s is not parked: %s", job.server, why_not)
         self._stop_for(job, to)
+
+    def leave(self, grant: Grant, reason: str) -> None:
+        """A window of the calendar opened on a running job's GPUs: it gives way (SIGTERM,
+        its grace) and waits again; dispatch keeps it off those GPUs meanwhile."""
+        job = self._by_server(grant.holder.user_id, grant.holder.server)
+        if job is None or job.state is not JobState.RUNNING or job.id in self._parking:
+            return
+        stopping = self._event(job, Event.GIVE_WAY, reason=f"It gave way: {reason}.")
+        self.log.warning("gpuspawner: %s gives way: %s", job.server, reason)
+        self._spawn(self._stop(stopping))
 
     def _stop_for(self, job: Job, to: Holder) -> None:
         now = self.broker.clock()

@@ -1,0 +1,136 @@
+"""The hub's calendar: bookings and drains made, kept, and read by placement and the culler.
+
+The broker owns one. It turns what an admin or a user asks ("2 GPUs of gpu-1 for group ml,
+Thursday 09:00 to 18:00"; "node n2 from 18:00, driver update") into windows on named GPUs
+(`core.calendar`), writes each down before it counts (`records.calendar`), and answers
+placement: which units a start may not take now, and which it had better avoid because a
+window opens on them before the server would end.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass, replace
+
+from ..config.site import GPUSite
+from ..core.calendar import InvalidWindow, Window, ahead_of, check_window, choose_gpus, closed_to
+from ..core.calendar import stops_at as window_stops
+from ..core.pool import Grant
+from ..records.calendar import CalendarRecord
+
+GroupsOf = Callable[[str], frozenset[str]]  # a user's groups, by name
+
+
+@dataclass(frozen=True)
+class Kept:
+    """Units a start may not take now (`now`), and those it should avoid if it can (`ahead`):
+    a window that does not serve its user opens on them before the server would end."""
+
+    now: frozenset[str] = frozenset()
+    ahead: frozenset[str] = frozenset()
+
+
+class Calendar:
+    def __init__(
+        self,
+        site: GPUSite,
+        clock: Callable[[], float],
+        record: CalendarRecord | None = None,
+        groups_of: GroupsOf = lambda user: frozenset(),
+    ) -> None:
+        self.site, self.clock, self.record, self.groups_of = site, clock, record, groups_of
+        self._windows: list[Window] = record.since(clock()) if record is not None else []
+        self._next_id = 1 + max((w.id for w in self._windows), default=0)
+
+    def windows(self) -> list[Window]:
+        """The windows open now or ahead, by start."""
+        now = self.clock()
+        return [w for w in self._windows if w.end > now]
+
+    # --- what placement and the culler ask -------------------------------------------------
+    def kept_from(self, user: str, lasts: float | None) -> Kept:
+        """For a start of `user`'s that may run `lasts` seconds (None: without end)."""
+        windows = self.windows()
+        if not windows:
+            return Kept()
+        now, groups = self.clock(), self.groups_of(user)
+        until = math.inf if lasts is None else now + lasts
+        return Kept(
+            self._units_on(closed_to(windows, user, groups, now)),
+            self._units_on(ahead_of(windows, user, groups, now, until)),
+        )
+
+    def stop_for(self, grant: Grant) -> Window | None:
+        """The window a running server stops for, open now or ahead (None: none)."""
+        windows = self.windows()
+        if not windows or not grant.uuids:
+            return None
+        user = grant.holder.user
+        return window_stops(
+            windows, grant.uuids, user, self.groups_of(user), grant.since, self.clock()
+        )
+
+    def _units_on(self, gpus: Collection[str]) -> frozenset[str]:
+        return frozenset(u.id for u in self.site.units if u.device in gpus)
+
+    # --- what admins and users ask ---------------------------------------------------------
+    def book(
+        self,
+        candidates: Sequence[str],
+        count: int,
+        start: float,
+        end: float,
+        *,
+        user: str = "",
+        group: str = "",
+        longest: float | None = None,
+        let_finish: bool = False,
+        note: str = "",
+        by: str = "",
+        asked: str = "",
+    ) -> Window:
+        """Book `count` of `candidates` (GPU UUIDs, placement's order) for the window;
+        InvalidWindow with the reason if it cannot be."""
+        if bool(user) == bool(group):
+            raise InvalidWindow("A booking is for one user or one group")
+        check_window(start, end, self.clock(), longest)
+        gpus = choose_gpus(self.windows(), candidates, count, start, end)
+        return self._add(
+            Window(0, frozenset(gpus), start, end, user, group, note, let_finish, by, asked)
+        )
+
+    def drain(
+        self, gpus: Collection[str], start: float, reason: str, by: str, asked: str
+    ) -> Window:
+        """Take `gpus` out from `start` until `end` is asked."""
+        if not gpus:
+            raise InvalidWindow(f"No GPU is {asked}")
+        check_window(start, math.inf, self.clock())
+        return self._add(Window(0, frozenset(gpus), start, reason=reason, by=by, asked=asked))
+
+    def end(self, window_id: int) -> Window:
+        """End a window now (undrain; a booking given back), or cancel one not yet open;
+        KeyError if there is none open or ahead."""
+        window = next(w for w in self.windows() if w.id == window_id)
+        now = self.clock()
+        self._windows.remove(window)
+        if window.start > now:
+            if self.record is not None:
+                self.record.remove(window.id)
+            return window
+        if self.record is not None:
+            self.record.end(window.id, now)
+        ended = replace(window, end=now)
+        self._windows.append(ended)
+        return ended
+
+    def _add(self, window: Window) -> Window:
+        if self.record is not None:
+            window = self.record.add(window)
+        else:
+            window = replace(window, id=self._next_id)
+            self._next_id += 1
+        self._windows.append(window)
+        self._windows.sort(key=lambda w: (w.start, w.id))
+        return window

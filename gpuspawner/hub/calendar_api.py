@@ -1,0 +1,273 @@
+"""The calendar's REST API: bookings and drains, in JSON (`gpuspawner calendar`, scripts).
+
+    GET    /hub/api/gpu-calendar            the windows open now or ahead (custom:gpus:read)
+    POST   /hub/api/gpu-calendar/bookings   book {"gpus": N, "start", "end"} and one of
+                                            "user" or "group"; "profile" or "model" picks
+                                            which GPUs; "let_finish", "note": 201, or 400
+                                            with the reason (nothing is booked)
+    POST   /hub/api/gpu-calendar/drains     drain {"reason"} and one of "gpus" (UUIDs),
+                                            "model", "node" or "all": true; "start"
+                                            (default now) (custom:gpus:admin)
+    DELETE /hub/api/gpu-calendar/ID         end a window now, or cancel one ahead
+
+Admins (`custom:gpus:admin`) book for anyone and drain. A user books for themselves only
+where one of their groups sets `max_booking` (the longest window), within their
+`max_gpus_per_user`, and may give their own bookings back. Times are ISO 8601; one without
+a zone is UTC.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import UTC, datetime
+from typing import Any
+
+from jupyterhub import orm
+from jupyterhub.apihandlers.base import APIHandler
+from jupyterhub.scopes import has_scope
+from jupyterhub.utils import url_path_join
+from tornado import web
+
+from ..core.calendar import InvalidWindow, Window
+from ..core.units import Kind
+from ..core.words import iso_utc
+from . import access
+from .broker import Broker
+
+BOOKING_KEYS = {"user", "group", "gpus", "profile", "model", "start", "end", "let_finish", "note"}
+DRAIN_KEYS = {"gpus", "model", "node", "all", "start", "reason"}
+TEXT_LIMIT = 200  # characters of a reason or a note
+
+
+def window_json(window: Window, now: float) -> dict[str, Any]:
+    return {
+        "id": window.id,
+        "kind": "drain" if window.drain else "booking",
+        "state": "open" if window.open_at(now) else "ahead",
+        "gpus": sorted(window.gpus),
+        "start": iso_utc(window.start),
+        "end": iso_utc(window.end) if math.isfinite(window.end) else None,
+        "user": window.user,
+        "group": window.group,
+        "reason": window.reason,
+        "let_finish": window.let_finish,
+        "by": window.by,
+        "asked": window.asked,
+    }
+
+
+class CalendarHandler(APIHandler):
+    def _answer(self, body: Any, status: int = 200) -> None:
+        self.set_status(status)
+        self.set_header("Content-Type", "application/json")
+        self.set_header("Cache-Control", "no-store")
+        self.write(json.dumps(body))
+
+    def _body(self, keys: set[str]) -> dict[str, Any]:
+        try:
+            body = json.loads(self.request.body or b"{}")
+        except ValueError:
+            raise web.HTTPError(400, "The body is not JSON") from None
+        if not isinstance(body, dict):
+            raise web.HTTPError(400, "The body must be a JSON object")
+        unknown = sorted(set(body) - keys)
+        if unknown:
+            raise web.HTTPError(400, f"Unknown keys: {', '.join(unknown)}")
+        return body
+
+    def _admin(self) -> bool:
+        return bool(has_scope(access.ADMIN, self.parsed_scopes, db=self.db))
+
+    def _changed(self, window: Window, status: int) -> None:
+        broker = Broker.current()
+        broker.pass_line()  # a drain ended or a booking given back frees GPUs for who waits
+        self._answer(window_json(window, broker.clock()), status)
+
+
+class WindowsHandler(CalendarHandler):
+    def get(self) -> None:
+        access.require(self, access.READ)
+        broker = Broker.current()
+        now = broker.clock()
+        self._answer({"windows": [window_json(w, now) for w in broker.calendar.windows()]})
+
+
+class BookingsHandler(CalendarHandler):
+    def post(self) -> None:
+        if self.current_user is None:
+            raise web.HTTPError(403, "Log in to book GPUs")
+        body = self._body(BOOKING_KEYS)
+        broker = Broker.current()
+        user, group = _text(body, "user"), _text(body, "group")
+        longest = None
+        if not self._admin():
+            user, group, longest = self._own_booking(broker, body, user, group)
+        if user and orm.User.find(self.db, user) is None:
+            raise web.HTTPError(400, f"No such user: {user}")
+        if group and orm.Group.find(self.db, group) is None:
+            raise web.HTTPError(400, f"No such group: {group}")
+        candidates, asked = _candidates(broker, body)
+        try:
+            window = broker.calendar.book(
+                candidates,
+                _count(body.get("gpus")),
+                _moment(body.get("start"), "start", broker.clock()),
+                _moment(body.get("end"), "end", broker.clock()),
+                user=user,
+                group=group,
+                longest=longest,
+                let_finish=_flag(body, "let_finish"),
+                note=_text(body, "note"),
+                by=self.current_user.name,
+                asked=asked,
+            )
+        except InvalidWindow as invalid:
+            raise web.HTTPError(400, str(invalid)) from None
+        self.log.info("gpuspawner: %s booked %s", self.current_user.name, window)
+        self._changed(window, 201)
+
+    def _own_booking(
+        self, broker: Broker, body: dict[str, Any], user: str, group: str
+    ) -> tuple[str, str, float]:
+        """A user's booking for themselves: only where their groups allow it, and within
+        their own GPU limit; a booking for another, or for a group, is an admin's."""
+        me = self.current_user
+        if group or user not in ("", me.name) or _flag(body, "let_finish"):
+            raise web.HTTPError(
+                403, "Only admins book for others or for a group, or let servers finish"
+            )
+        limits = broker.site.limits.for_user({g.name for g in me.groups}, bool(me.admin))
+        longest = limits.duration("max_booking")
+        if longest.value is None:
+            raise web.HTTPError(
+                403, "Your groups do not let members book GPUs (max_booking): ask an admin"
+            )
+        most = limits.max_gpus_per_user.value
+        if most is not None and _count(body.get("gpus")) > most:
+            raise web.HTTPError(
+                400, f"You may hold {most} GPUs at once (max_gpus_per_user): book at most that"
+            )
+        return me.name, "", float(longest.value)
+
+
+class DrainsHandler(CalendarHandler):
+    def post(self) -> None:
+        access.require(self, access.ADMIN)
+        body = self._body(DRAIN_KEYS)
+        broker = Broker.current()
+        reason = _text(body, "reason")
+        if not reason:
+            raise web.HTTPError(400, "A drain needs a reason: users read it")
+        gpus, asked = _drained(broker, body)
+        start = _moment(body.get("start", "now"), "start", broker.clock())
+        try:
+            window = broker.calendar.drain(gpus, start, reason, self.current_user.name, asked)
+        except InvalidWindow as invalid:
+            raise web.HTTPError(400, str(invalid)) from None
+        self.log.warning("gpuspawner: %s drains %s: %s", self.current_user.name, asked, reason)
+        self._changed(window, 201)
+
+
+class WindowHandler(CalendarHandler):
+    def delete(self, window_id: str) -> None:
+        broker = Broker.current()
+        window = next((w for w in broker.calendar.windows() if w.id == int(window_id)), None)
+        me = self.current_user
+        if window is None:
+            raise web.HTTPError(404, f"No booking or drain {window_id} open or ahead")
+        if not (self._admin() or (me is not None and window.user == me.name)):
+            raise web.HTTPError(403, "Only admins, or the user it is booked for, may end it")
+        ended = broker.calendar.end(window.id)
+        self.log.info("gpuspawner: %s ended %s", me.name if me else "?", ended)
+        self._changed(ended, 200)
+
+
+def _text(body: dict[str, Any], key: str) -> str:
+    value = body.get(key, "")
+    if not isinstance(value, str) or len(value) > TEXT_LIMIT:
+        raise web.HTTPError(400, f"{key!r} must be text of at most {TEXT_LIMIT} characters")
+    return " ".join(value.split())
+
+
+def _flag(body: dict[str, Any], key: str) -> bool:
+    value = body.get(key, False)
+    if not isinstance(value, bool):
+        raise web.HTTPError(400, f"{key!r} must be true or false")
+    return value
+
+
+def _count(value: Any) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise web.HTTPError(400, "'gpus' must be a whole number of GPUs, at least 1")
+    return value
+
+
+def _moment(value: Any, key: str, now: float) -> float:
+    if value == "now":
+        return now
+    if not isinstance(value, str):
+        raise web.HTTPError(400, f"{key!r} must be an ISO 8601 time, e.g. 2026-12-10T09:00Z")
+    try:
+        when = datetime.fromisoformat(value)
+    except ValueError:
+        raise web.HTTPError(400, f"{key!r} is not an ISO 8601 time: {value!r}") from None
+    return (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp()
+
+
+def _candidates(broker: Broker, body: dict[str, Any]) -> tuple[list[str], str]:
+    """The GPUs a booking may take, in placement's order, and what was asked, in words."""
+    count, site = body.get("gpus"), broker.site
+    profile_slug, model = _text(body, "profile"), _text(body, "model")
+    if profile_slug and model:
+        raise web.HTTPError(400, "Give 'profile' or 'model', not both")
+    if profile_slug:
+        profile = next((p for p in site.profiles if p.slug == profile_slug), None)
+        if profile is None or profile.request.kind is not Kind.GPU:
+            raise web.HTTPError(400, f"No whole-GPU profile {profile_slug!r}: bookings are of GPUs")
+        matched = {u.device for u in site.units if profile.request.matches(u)}
+        return [g.uuid for g in site.gpus if g.uuid in matched], f"{count} × {profile_slug}"
+    if model:
+        gpus = [g.uuid for g in site.gpus if g.model.lower() == model.lower()]
+        if not gpus:
+            raise web.HTTPError(400, f"No GPU is a {model}")
+        return gpus, f"{count} × {model}"
+    return [g.uuid for g in site.gpus if not g.mig_mode], f"{count} GPUs"
+
+
+def _drained(broker: Broker, body: dict[str, Any]) -> tuple[list[str], str]:
+    gpus = broker.site.gpus
+    given = [key for key in ("gpus", "model", "node", "all") if key in body]
+    if len(given) != 1:
+        raise web.HTTPError(400, "Give one of 'gpus', 'model', 'node' or 'all'")
+    if "gpus" in body:
+        asked = body["gpus"]
+        if not isinstance(asked, list) or not all(isinstance(u, str) for u in asked):
+            raise web.HTTPError(400, "'gpus' must be a list of GPU UUIDs")
+        unknown = sorted(set(asked) - {g.uuid for g in gpus})
+        if unknown:
+            raise web.HTTPError(400, f"No such GPU: {', '.join(unknown)}")
+        return list(asked), ", ".join(asked)
+    if "model" in body:
+        model = _text(body, "model")
+        return [g.uuid for g in gpus if g.model.lower() == model.lower()], f"model {model}"
+    if "node" in body:
+        node = _text(body, "node")
+        return [g.uuid for g in gpus if g.node == node], f"node {node}"
+    if body["all"] is not True:
+        raise web.HTTPError(400, "'all' must be true")
+    return [g.uuid for g in gpus], "all GPUs"
+
+
+def handlers(hub_prefix: str) -> list[tuple[str, type]]:
+    api = url_path_join(hub_prefix, "api/gpu-calendar")
+    return [
+        (api, WindowsHandler),
+        (f"{api}/bookings", BookingsHandler),
+        (f"{api}/drains", DrainsHandler),
+        (f"{api}/([0-9]+)", WindowHandler),
+    ]
+
+
+def install(app: Any) -> None:
+    app.tornado_application.add_handlers(".*$", handlers(app.hub_prefix))

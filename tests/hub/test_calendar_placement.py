@@ -1,0 +1,81 @@
+"""Placement reads the calendar: booked GPUs serve their holders in the window, drained GPUs
+nobody, and a GPU a window opens on soon is taken only when no other will do."""
+
+import pytest
+from brokers import a_broker
+
+from gpuspawner.core.calendar import InvalidWindow
+from gpuspawner.core.placement import NotEnoughGPUs
+from gpuspawner.core.pool import Holder
+from gpuspawner.records.calendar import CalendarRecord
+
+HOUR = 3600.0
+ALICE, BOB, CAROL = Holder(1, 10, "alice"), Holder(2, 11, "bob"), Holder(3, 12, "carol")
+
+
+def broker_at(now, tmp_path, gpus=2):
+    groups = {"carol": frozenset({"ml"})}
+    return a_broker(
+        gpus=gpus,
+        clock=lambda: now[0],
+        calendar=CalendarRecord(tmp_path / "usage.sqlite"),
+        groups_of=lambda user: groups.get(user, frozenset()),
+    )
+
+
+def test_inside_its_window_a_booked_gpu_serves_only_its_holders(tmp_path):
+    now = [1000.0]
+    broker = broker_at(now, tmp_path)
+    gpus = [g.uuid for g in broker.site.gpus]
+    booking = broker.calendar.book(gpus, 1, now[0], now[0] + HOUR, group="ml")
+    [booked] = booking.gpus
+
+    alice = broker.take_now(ALICE, 1)
+    assert alice.uuids != (booked,)
+    with pytest.raises(NotEnoughGPUs):
+        broker.take_now(BOB, 1)  # the one GPU left is booked for group ml
+    assert broker.take_now(CAROL, 1).uuids == (booked,)  # a member starts at once
+
+
+def test_a_gpu_booked_soon_is_taken_only_when_no_other_will_do(tmp_path):
+    now = [1000.0]
+    broker = broker_at(now, tmp_path)
+    gpus = [g.uuid for g in broker.site.gpus]
+    [soon] = broker.calendar.book(gpus, 1, now[0] + HOUR, now[0] + 2 * HOUR, user="carol").gpus
+
+    first = broker.take_now(ALICE, 1, lasts=8 * HOUR)
+    assert first.uuids != (soon,)  # steered off the booked GPU
+    second = broker.take_now(BOB, 1, lasts=8 * HOUR)
+    assert second.uuids == (soon,)  # nothing else was free: it stops when the window opens
+    assert broker.calendar.stop_for(second).start == now[0] + HOUR
+    assert broker.calendar.stop_for(first) is None
+
+
+def test_a_drain_keeps_every_start_off_its_gpus_until_it_ends_and_holds_across_restarts(
+    tmp_path,
+):
+    now = [1000.0]
+    broker = broker_at(now, tmp_path, gpus=1)
+    gpus = [g.uuid for g in broker.site.gpus]
+    drain = broker.calendar.drain(gpus, now[0], "driver update", "admin", "all GPUs")
+    with pytest.raises(NotEnoughGPUs):
+        broker.take_now(CAROL, 1)
+
+    restarted = broker_at(now, tmp_path, gpus=1)  # the next hub reads the drain back
+    assert [w.id for w in restarted.calendar.windows()] == [drain.id]
+    with pytest.raises(NotEnoughGPUs):
+        restarted.take_now(CAROL, 1)
+    restarted.calendar.end(drain.id)
+    assert restarted.take_now(CAROL, 1).uuids == tuple(gpus)
+
+
+def test_a_booking_beyond_what_the_machine_has_is_refused_and_books_nothing(tmp_path):
+    now = [1000.0]
+    broker = broker_at(now, tmp_path)
+    gpus = [g.uuid for g in broker.site.gpus]
+    broker.calendar.book(gpus, 2, now[0], now[0] + HOUR, user="alice")
+    with pytest.raises(InvalidWindow, match="Only 0 of the 2 GPUs"):
+        broker.calendar.book(gpus, 1, now[0] + 0.5 * HOUR, now[0] + 3 * HOUR, user="bob")
+    with pytest.raises(InvalidWindow, match="one user or one group"):
+        broker.calendar.book(gpus, 1, now[0] + 2 * HOUR, now[0] + 3 * HOUR)
+    assert len(broker.calendar.windows()) == 1

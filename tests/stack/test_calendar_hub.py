@@ -1,0 +1,78 @@
+"""The calendar on the real stack: a drain stops servers on its GPUs with the reason and
+keeps every start off them until undrained; a booking serves only its holders in its
+window, and holds through a hub kill -9."""
+
+import subprocess
+import sys
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from realhub import Hub
+
+CONFIG = """
+c.GPUSpawner.simulate_gpus = 2
+c.GPUSpawner.simulated_load_file = {load!r}
+c.GPUSpawner.monitor_interval = 0.5
+c.GPUSpawner.profiles = [{{"display_name": "1 GPU", "slug": "gpu-1", "gpus": 1}}]
+"""
+
+
+@pytest.fixture(scope="module")
+def hub(hub_factory, load_file) -> Hub:
+    hub = hub_factory(CONFIG.format(load=str(load_file)))
+    hub.add_users("alice", "bob", "carol", groups={"ml": ["carol"]})
+    return hub
+
+
+def iso(moment: datetime) -> str:
+    return moment.isoformat().replace("+00:00", "Z")
+
+
+def calendar_cli(hub: Hub, *args: str) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "gpuspawner.admin.cli", *args]
+    command += ["--api-url", f"{hub.url}/hub/api", "--token", hub.token]
+    return subprocess.run(command, capture_output=True, text=True, timeout=60)
+
+
+def test_a_drain_stops_the_servers_on_its_gpus_files_kept_and_an_undrain_gives_them_back(hub):
+    hub.spawn_ready("alice", profile="gpu-1")
+    done = calendar_cli(hub, "drain", "--all", "--reason", "driver update")
+    assert done.returncode == 0, done.stderr
+    assert "drain" in done.stdout and "driver update" in done.stdout
+
+    hub.wait_for(lambda: hub.server_model("alice") is None, 30, "alice stopped by the drain")
+    page = hub.login("alice").get(f"{hub.url}/hub/spawn/alice").text
+    assert "taken out for maintenance: driver update" in page
+    assert hub.home_of("alice") in [v.name for v in hub.volumes()]  # her files are kept
+    refused = hub.spawn("bob", profile="gpu-1")
+    assert refused.status_code >= 400 and hub.held_by("bob") == []
+
+    [drain] = hub.api("GET", "/gpu-calendar").json()["windows"]
+    done = calendar_cli(hub, "undrain", str(drain["id"]))
+    assert done.returncode == 0, done.stderr
+    hub.spawn_ready("bob", profile="gpu-1")
+    hub.stop_server("bob")
+
+
+def test_a_booking_serves_only_its_holders_and_holds_through_a_hub_kill_9(hub):
+    now = datetime.now(UTC)
+    body = {"group": "ml", "gpus": 1, "start": iso(now), "end": iso(now + timedelta(hours=2))}
+    made = hub.api("POST", "/gpu-calendar/bookings", json=body)
+    assert made.status_code == 201, made.text
+    [booked] = made.json()["gpus"]
+    too_many = hub.api("POST", "/gpu-calendar/bookings", json={**body, "gpus": 2})
+    assert too_many.status_code == 400 and "Only 1 of the 2 GPUs" in too_many.text
+
+    hub.spawn_ready("bob", profile="gpu-1")
+    assert hub.held_by("bob") != [booked]  # placed on the GPU nobody booked
+    hub.kill()
+    hub.start()
+    listed = calendar_cli(hub, "calendar")
+    assert listed.returncode == 0 and "group ml" in listed.stdout, listed.stdout
+    refused = hub.spawn("alice", profile="gpu-1")  # the one GPU left is booked
+    assert refused.status_code >= 400 and hub.held_by("alice") == []
+    hub.spawn_ready("carol", profile="gpu-1")  # a member starts at once on it
+    assert hub.held_by("carol") == [booked]
+    for user in ("bob", "carol"):
+        hub.stop_server(user)
+    assert hub.api("DELETE", f"/gpu-calendar/{made.json()['id']}").status_code == 200
