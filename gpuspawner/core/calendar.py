@@ -18,7 +18,7 @@ import math
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
-from .words import at_clock, duration
+from .words import at_clock, count_gpus, duration
 
 PAST_SLACK = 60.0  # seconds: "now" typed a moment ago is not a window in the past
 
@@ -62,9 +62,9 @@ class Window:
 
     def title(self) -> str:
         """What it makes of its GPUs, for a sentence ("its GPU is …"): "booked for alice",
-        "taken out for maintenance: driver update"."""
+        "taken out for maintenance (driver update)"."""
         if self.drain:
-            return "taken out for maintenance" + (f": {self.reason}" if self.reason else "")
+            return "taken out for maintenance" + (f" ({self.reason})" if self.reason else "")
         return f"booked for {self.holder}"
 
 
@@ -148,3 +148,38 @@ def stops_at(
         if not (window.let_finish and since < window.start):
             return window
     return None
+
+
+def said_to(
+    windows: Iterable[Window], user: str, groups: Collection[str], now: float, until: float
+) -> list[str]:
+    """What the spawn form tells a user of the calendar: windows open now or opening before
+    `until` on the machine's GPUs, those that serve them and those that keep them off."""
+    lines = []
+    for window in sorted(windows, key=lambda w: w.start):
+        if window.end <= now or window.start >= until:
+            continue
+        gpus = count_gpus(len(window.gpus))
+        to = f" to {at_clock(window.end, now)}" if math.isfinite(window.end) else ""
+        if window.serves(user, groups):
+            lines.append(
+                f"{gpus} {_are(window)} booked for you{_while(window, now)}{to}: "
+                "your start takes them first."
+            )
+        elif window.open_at(now):
+            lines.append(f"{gpus} {_are(window)} {window.title()}{to}: starts go to the others.")
+        else:
+            lines.append(
+                f"{gpus} {_are(window)} {window.title()} from {at_clock(window.start, now)}{to}: "
+                "a server on them then stops (files kept); starts go to other GPUs while any "
+                "is free."
+            )
+    return lines
+
+
+def _are(window: Window) -> str:
+    return "is" if len(window.gpus) == 1 else "are"
+
+
+def _while(window: Window, now: float) -> str:
+    return "" if window.open_at(now) else f" from {at_clock(window.start, now)}"

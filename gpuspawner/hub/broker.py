@@ -22,6 +22,7 @@ import logging
 import time
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import replace
 from types import MappingProxyType
 from typing import ClassVar
 
@@ -41,7 +42,7 @@ from ..engine.base import Engine, LookPast, Seen
 from ..records.calendar import CalendarRecord
 from ..records.ledger import Ledger
 from ..records.line import LineRecord, Waited
-from .calendar import Calendar, GroupsOf
+from .calendar import Calendar, GroupsOf, Kept
 from .counters import ALLOCATION_SECONDS
 from .jobs_part import JobsPart
 from .line import Line, WaitEnded
@@ -312,8 +313,10 @@ class Broker:
         the calendar keeps from its user now, and those a window opens on within `lasts`
         (seconds it may run; None: no end) only where no others will do."""
         kept = self.calendar.kept_from(holder.user, lasts)
+        if kept.theirs and isinstance(request, Request):  # no one waiting ahead may take them
+            request = replace(request, not_on=request.not_on - kept.theirs)
         with ALLOCATION_SECONDS.time():
-            grant = self._allocate(holder, request, admit, borrows, keep | kept.now, kept.ahead)
+            grant = self._allocate(holder, request, admit, borrows, keep | kept.now, kept)
         self._idle.forget(grant.key)  # a server stopped and started between two ticks
         if grant.units and self._ledger is not None:
             self._ledger.opened(grant, float(grant.weight))
@@ -326,11 +329,15 @@ class Broker:
         admit: Admission | None,
         borrows: bool,
         keep: frozenset[str],
-        avoid: frozenset[str],
+        kept: Kept,
     ) -> Grant:
-        if avoid:
+        """A booking's holder takes its GPUs first; others, GPUs no window opens on soon."""
+        tries = [keep | kept.ahead] if kept.ahead else []
+        if kept.theirs:
+            tries.insert(0, keep | (frozenset(self._pool.ids) - kept.theirs))
+        for narrower in tries:
             with contextlib.suppress(NotEnoughGPUs):
-                return self._pool.allocate(holder, request, admit, borrows, keep | avoid)
+                return self._pool.allocate(holder, request, admit, borrows, narrower)
         return self._pool.allocate(holder, request, admit, borrows, keep)
 
     def grant_of(self, key: int) -> Grant | None:

@@ -14,9 +14,18 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
 
 from ..config.site import GPUSite
-from ..core.calendar import InvalidWindow, Window, ahead_of, check_window, choose_gpus, closed_to
+from ..core.calendar import (
+    InvalidWindow,
+    Window,
+    ahead_of,
+    check_window,
+    choose_gpus,
+    closed_to,
+    said_to,
+)
 from ..core.calendar import stops_at as window_stops
 from ..core.pool import Grant
+from ..core.usage import WEEK
 from ..records.calendar import CalendarRecord
 
 GroupsOf = Callable[[str], frozenset[str]]  # a user's groups, by name
@@ -25,10 +34,12 @@ GroupsOf = Callable[[str], frozenset[str]]  # a user's groups, by name
 @dataclass(frozen=True)
 class Kept:
     """Units a start may not take now (`now`), and those it should avoid if it can (`ahead`):
-    a window that does not serve its user opens on them before the server would end."""
+    a window that does not serve its user opens on them before the server would end.
+    `theirs`: units booked for its user in a window open now, which it takes first."""
 
     now: frozenset[str] = frozenset()
     ahead: frozenset[str] = frozenset()
+    theirs: frozenset[str] = frozenset()  # booked for its user, open now: taken first
 
 
 class Calendar:
@@ -56,9 +67,11 @@ class Calendar:
             return Kept()
         now, groups = self.clock(), self.groups_of(user)
         until = math.inf if lasts is None else now + lasts
+        booked = [w.gpus for w in windows if w.open_at(now) and w.serves(user, groups)]
         return Kept(
             self._units_on(closed_to(windows, user, groups, now)),
             self._units_on(ahead_of(windows, user, groups, now, until)),
+            self._units_on(frozenset().union(*booked)),
         )
 
     def stop_for(self, grant: Grant) -> Window | None:
@@ -70,6 +83,13 @@ class Calendar:
         return window_stops(
             windows, grant.uuids, user, self.groups_of(user), grant.since, self.clock()
         )
+
+    def said_to(self, user: str, lasts: float | None) -> list[str]:
+        """The spawn form's lines on the calendar for `user`, whose server may run `lasts`
+        seconds (None: a week is told)."""
+        now = self.clock()
+        until = now + (WEEK if lasts is None else lasts)
+        return said_to(self.windows(), user, self.groups_of(user), now, until)
 
     def _units_on(self, gpus: Collection[str]) -> frozenset[str]:
         return frozenset(u.id for u in self.site.units if u.device in gpus)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -30,6 +31,7 @@ from jupyterhub.utils import url_path_join
 from tornado import web
 
 from ..core.calendar import InvalidWindow, Window
+from ..core.gpus import GPU
 from ..core.units import Kind
 from ..core.words import iso_utc
 from . import access
@@ -54,6 +56,15 @@ def window_json(window: Window, now: float) -> dict[str, Any]:
         "let_finish": window.let_finish,
         "by": window.by,
         "asked": window.asked,
+    }
+
+
+def drain_choices(gpus: Sequence[GPU]) -> dict[str, list[str]]:
+    """What the GPUs page offers to drain besides every GPU: each node, model and GPU."""
+    return {
+        "nodes": sorted({g.node for g in gpus if g.node}),
+        "models": sorted({g.model for g in gpus}),
+        "gpus": [g.uuid for g in gpus],
     }
 
 

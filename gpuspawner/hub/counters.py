@@ -119,3 +119,11 @@ RESTORE_WAIT_SECONDS = Histogram(
     "and the driver's copy.",
     buckets=(1, 2, 5, 10, 30, 60, 120, 300, 600, 1800),
 )
+
+BOOKED_GPU_SECONDS = Counter(
+    "gpuspawner_booked_gpu_seconds_total",
+    "GPU-seconds of each booking of the calendar while its window is open, by booking "
+    "(its number), holder (a user, or group NAME) and use: used (a holder's server held the "
+    "GPU) or unused (the GPU was kept for the holders and nobody used it).",
+    ["booking", "holder", "use"],
+)

@@ -26,7 +26,7 @@ from ..core.units import Kind
 from ..core.words import NO_GROUP
 from . import line_status
 from .broker import Broker, BrokerNotRunning
-from .counters import ENGINE_ERRORS, GPU_SECONDS_BUSY, GPU_SECONDS_HELD
+from .counters import BOOKED_GPU_SECONDS, ENGINE_ERRORS, GPU_SECONDS_BUSY, GPU_SECONDS_HELD
 from .monitor import Observation
 
 GPU_LABELS = ["uuid", "index", "model"]
@@ -238,6 +238,53 @@ class UsageCounters:
                 GPU_SECONDS_BUSY.labels(group).inc(seconds)
 
 
+class BookingCounters:
+    """A monitor listener: each tick adds each open booking's GPU-seconds since the last
+    tick, used where a holder's server held the GPU, unused where it was kept idle."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self._last = broker.clock()
+
+    def __call__(self, observation: Observation) -> None:
+        now, since = self.broker.clock(), self._last
+        self._last = now
+        calendar = self.broker.calendar
+        users = {
+            u.device: g.holder.user
+            for g in self.broker.pool.grants()
+            if not g.parked
+            for u in g.units
+        }
+        for window in calendar.windows():
+            seconds = min(now, window.end) - max(since, window.start)
+            if window.drain or seconds <= 0:
+                continue
+            for gpu in window.gpus:
+                holder = users.get(gpu)
+                used = holder is not None and window.serves(holder, calendar.groups_of(holder))
+                labels = (str(window.id), window.holder, "used" if used else "unused")
+                BOOKED_GPU_SECONDS.labels(*labels).inc(seconds)
+
+
+class CalendarCollector(Collector):
+    """The calendar's drains in effect, read at scrape time."""
+
+    def collect(self) -> Iterator[Metric]:
+        try:
+            broker = Broker.current()
+        except BrokerNotRunning:
+            return
+        now = broker.clock()
+        drained = GaugeMetricFamily(
+            "gpuspawner_drained_gpus",
+            "GPUs taken out by a drain of the calendar now: no start lands on them.",
+        )
+        open_now = [w for w in broker.calendar.windows() if w.drain and w.open_at(now)]
+        drained.add_metric([], len(frozenset().union(*(w.gpus for w in open_now))))
+        yield drained
+
+
 def count_engine_errors(observation: Observation) -> None:
     """A monitor listener: a tick whose container list Docker did not answer."""
     if observation.containers is None:
@@ -254,4 +301,5 @@ def register_once() -> None:
         REGISTRY.register(PoolCollector())
         REGISTRY.register(LineCollector())
         REGISTRY.register(JobsCollector())
+        REGISTRY.register(CalendarCollector())
         _registered = True

@@ -23,6 +23,7 @@ from ..core.pool import Grant
 from ..core.words import server_name as named
 from . import access, notices
 from .broker import Broker
+from .calendar_api import drain_choices, window_json
 from .jobs.board import JobBoard
 from .jobs.view import job_view
 from .report import HolderNow, as_labelled, pool_report, usage_report
@@ -41,6 +42,8 @@ class PoolReport:
             **pool_report(broker, self._holder_now),
             "usage": usage_report(broker),
             "jobs": [],
+            "calendar": [window_json(w, broker.clock()) for w in broker.calendar.windows()],
+            "calendar_choices": drain_choices(broker.site.gpus),
         }
         if isinstance(jobs, JobBoard):
             ended = jobs.ended_since(broker.clock() - ENDED_JOBS_SHOWN)

@@ -54,6 +54,7 @@ def render(
         turns=form.turns_words(turn_quantum),
         holdings=form.holdings(limits, user.id, pool),
         budget=budget.words(),
+        calendar=broker.calendar.said_to(user.name, limits.duration("max_age").value),
         images=images,
         notices=notices.rows(
             notices.stop_notices(

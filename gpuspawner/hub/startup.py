@@ -185,6 +185,7 @@ async def start_broker(app: Any, spawner_class: Any = None) -> Broker:
     monitor.listeners.append(Reclaimer(app, broker, app.log, parker, spawner.park_after))
     monitor.listeners.append(lambda observation: _jobs_tick(jobs, broker))
     monitor.listeners.append(metrics.UsageCounters(broker))
+    monitor.listeners.append(metrics.BookingCounters(broker))
     monitor.listeners.append(metrics.count_engine_errors)
     monitor.start()
     broker.line.limits_of = functools.partial(_limits_of, app, broker)

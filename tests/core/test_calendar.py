@@ -108,4 +108,4 @@ def test_a_server_stops_when_a_window_opens_unless_the_booking_lets_it_finish():
     assert stops_at([finishing], GPUS[:1], "bob", (), running_since, 11 * HOUR) is None
     drain = Window(3, frozenset(GPUS), 10 * HOUR, math.inf, reason="driver update")
     assert stops_at([drain], GPUS[:1], "alice", (), running_since, 11 * HOUR) == drain
-    assert "maintenance: driver update" in drain.title()
+    assert "maintenance (driver update)" in drain.title()

@@ -79,3 +79,12 @@ def test_a_booking_beyond_what_the_machine_has_is_refused_and_books_nothing(tmp_
     with pytest.raises(InvalidWindow, match="one user or one group"):
         broker.calendar.book(gpus, 1, now[0] + 2 * HOUR, now[0] + 3 * HOUR)
     assert len(broker.calendar.windows()) == 1
+
+
+def test_a_holder_in_their_window_takes_their_booked_gpus_first(tmp_path):
+    now = [1000.0]
+    broker = broker_at(now, tmp_path, gpus=3)
+    gpus = [g.uuid for g in broker.site.gpus]
+    [booked] = broker.calendar.book(gpus[1:], 1, now[0], now[0] + HOUR, user="carol").gpus
+    assert broker.take_now(CAROL, 1).uuids == (booked,)  # others stay free for others
+    assert booked not in broker.take_now(ALICE, 2).uuids

@@ -7,7 +7,10 @@ import sys
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from realhub import Hub
+from browser import STALE, log_in
+from realhub import PASSWORD, Hub
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import WebDriverWait
 
 CONFIG = """
 c.GPUSpawner.simulate_gpus = 2
@@ -20,7 +23,7 @@ c.GPUSpawner.profiles = [{{"display_name": "1 GPU", "slug": "gpu-1", "gpus": 1}}
 @pytest.fixture(scope="module")
 def hub(hub_factory, load_file) -> Hub:
     hub = hub_factory(CONFIG.format(load=str(load_file)))
-    hub.add_users("alice", "bob", "carol", groups={"ml": ["carol"]})
+    hub.add_users("alice", "bob", "carol", "admin", groups={"ml": ["carol"]})
     return hub
 
 
@@ -42,7 +45,7 @@ def test_a_drain_stops_the_servers_on_its_gpus_files_kept_and_an_undrain_gives_t
 
     hub.wait_for(lambda: hub.server_model("alice") is None, 30, "alice stopped by the drain")
     page = hub.login("alice").get(f"{hub.url}/hub/spawn/alice").text
-    assert "taken out for maintenance: driver update" in page
+    assert "taken out for maintenance (driver update)" in page
     assert hub.home_of("alice") in [v.name for v in hub.volumes()]  # her files are kept
     refused = hub.spawn("bob", profile="gpu-1")
     assert refused.status_code >= 400 and hub.held_by("bob") == []
@@ -76,3 +79,60 @@ def test_a_booking_serves_only_its_holders_and_holds_through_a_hub_kill_9(hub):
     for user in ("bob", "carol"):
         hub.stop_server(user)
     assert hub.api("DELETE", f"/gpu-calendar/{made.json()['id']}").status_code == 200
+
+
+def test_a_booking_ahead_is_told_on_the_form_warned_in_the_lease_and_counted(hub, browser):
+    now = datetime.now(UTC)
+    window = {"start": iso(now + timedelta(minutes=30)), "end": iso(now + timedelta(hours=2))}
+    made = hub.api("POST", "/gpu-calendar/bookings", json={"group": "ml", "gpus": 1, **window})
+    assert made.status_code == 201, made.text
+    [booked] = made.json()["gpus"]
+
+    log_in(browser, hub.url, "alice", PASSWORD)
+    browser.get(f"{hub.url}/hub/spawn/alice")
+    said = " ".join(e.text for e in browser.find_elements(By.CSS_SELECTOR, "[data-testid=calendar]"))
+    assert "1 GPU is booked for group ml from" in said and "a server on them then stops" in said
+    browser.delete_all_cookies()
+    log_in(browser, hub.url, "carol", PASSWORD)
+    browser.get(f"{hub.url}/hub/spawn/carol")
+    said = browser.find_element(By.CSS_SELECTOR, "[data-testid=calendar]").text
+    assert "1 GPU is booked for you from" in said
+
+    hub.spawn_ready("bob", profile="gpu-1")  # steered off the booked GPU
+    hub.spawn_ready("alice", profile="gpu-1")  # nothing else is free: it stops at the window
+    assert hub.held_by("bob") != [booked] and hub.held_by("alice") == [booked]
+    lease = hub.api("GET", "/users/alice/server/gpu-lease").json()
+    assert "booked for group ml" in lease["warning"]["says"]  # calendar_warning is an hour
+    assert lease["warning"]["key"] == "calendar"
+    assert hub.api("GET", "/users/bob/server/gpu-lease").json()["warning"] is None
+    for user in ("alice", "bob"):
+        hub.stop_server(user)
+    assert hub.api("DELETE", f"/gpu-calendar/{made.json()['id']}").status_code == 200
+
+
+def test_an_admin_drains_a_gpu_from_the_gpus_page_and_ends_the_drain_there(hub, browser):
+    log_in(browser, hub.url, "admin", PASSWORD)
+    browser.get(f"{hub.url}/hub/gpus")
+    assert browser.find_element(By.CSS_SELECTOR, "[data-testid=calendar-empty]")
+    uuid = hub.pool()["gpus"][0]["uuid"]
+    choice = browser.find_element(By.CSS_SELECTOR, f"#drain-what option[value*='{uuid}']")
+    choice.click()
+    browser.find_element(By.ID, "drain-reason").send_keys("fan replaced")
+    browser.find_element(By.CSS_SELECTOR, "#drain-form button[type=submit]").click()
+    row = WebDriverWait(browser, 20, ignored_exceptions=STALE).until(
+        lambda d: d.find_element(By.CSS_SELECTOR, "#calendar-table tr[data-kind=drain]")
+    )
+    assert "fan replaced" in row.text and "until ended" in row.text
+    assert hub.metrics()[("gpuspawner_drained_gpus", ())] == 1
+    hub.spawn_ready("bob", profile="gpu-1")
+    assert hub.held_by("bob") != [uuid]  # placed on the GPU not drained
+
+    row.find_element(By.CSS_SELECTOR, "button.end-window").click()
+    WebDriverWait(browser, 20, ignored_exceptions=STALE).until(
+        lambda d: d.find_elements(By.CSS_SELECTOR, "[data-testid=calendar-empty]")
+    )
+    assert hub.metrics()[("gpuspawner_drained_gpus", ())] == 0
+    hub.spawn_ready("alice", profile="gpu-1")  # the GPU is back in the pool
+    assert hub.held_by("alice") == [uuid]
+    for user in ("alice", "bob"):
+        hub.stop_server(user)

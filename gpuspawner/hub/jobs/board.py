@@ -259,7 +259,12 @@ class JobBoard(Restoring):
         parkable = request.count == 1 and request.kind is Kind.GPU
         try:
             grant = self.broker.take_now(
-                holder, request, limits.admit, self.kept_from_jobs(), borrows=parkable
+                holder,
+                request,
+                limits.admit,
+                self.kept_from_jobs(),
+                borrows=parkable,
+                lasts=rules.max_runtime.value,  # backfill: off GPUs a window opens on before
             )
         except (NotEnoughGPUs, LimitExceeded):
             return  # later: what is free now does not fit it, or its user holds enough
