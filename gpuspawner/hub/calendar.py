@@ -85,10 +85,10 @@ class Calendar:
         )
 
     def said_to(self, user: str, lasts: float | None) -> list[str]:
-        """The spawn form's lines on the calendar for `user`, whose server may run `lasts`
-        seconds (None: a week is told)."""
+        """The lines on the calendar for `user`, whose server may run `lasts` seconds (None:
+        a week is told; 0: the windows open now, for a start waiting in line)."""
         now = self.clock()
-        until = now + (WEEK if lasts is None else lasts)
+        until = now + (WEEK if lasts is None else max(lasts, 1.0))
         return said_to(self.windows(), user, self.groups_of(user), now, until)
 
     def _units_on(self, gpus: Collection[str]) -> frozenset[str]:

@@ -290,7 +290,8 @@ class GPUServer(GPUSettings, EngineSpawner):
         async for status in line_status.watch(line, key, self.reserved):
             place = line.place_of(key) or 1
             first = first or place
-            yield {"progress": line_status.progress_in_line(first, place), "message": status}
+            message = " ".join([status, *self.broker.calendar.said_to(self.user.name, 0.0)])
+            yield {"progress": line_status.progress_in_line(first, place), "message": message}
         await self.reserved.wait()
         grant = self.current_start.grant if self.current_start is not None else None
         if grant is None or not grant.units:

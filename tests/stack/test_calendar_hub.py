@@ -2,6 +2,7 @@
 keeps every start off them until undrained; a booking serves only its holders in its
 window, and holds through a hub kill -9."""
 
+import json
 import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
@@ -17,13 +18,16 @@ c.GPUSpawner.simulate_gpus = 2
 c.GPUSpawner.simulated_load_file = {load!r}
 c.GPUSpawner.monitor_interval = 0.5
 c.GPUSpawner.profiles = [{{"display_name": "1 GPU", "slug": "gpu-1", "gpus": 1}}]
+c.GPUSpawner.group_limits = {{"patient": {{"max_wait": 120}}}}
 """
 
 
 @pytest.fixture(scope="module")
 def hub(hub_factory, load_file) -> Hub:
     hub = hub_factory(CONFIG.format(load=str(load_file)))
-    hub.add_users("alice", "bob", "carol", "admin", groups={"ml": ["carol"]})
+    hub.add_users(
+        "alice", "bob", "carol", "dave", "admin", groups={"ml": ["carol"], "patient": ["dave"]}
+    )
     return hub
 
 
@@ -90,7 +94,9 @@ def test_a_booking_ahead_is_told_on_the_form_warned_in_the_lease_and_counted(hub
 
     log_in(browser, hub.url, "alice", PASSWORD)
     browser.get(f"{hub.url}/hub/spawn/alice")
-    said = " ".join(e.text for e in browser.find_elements(By.CSS_SELECTOR, "[data-testid=calendar]"))
+    said = " ".join(
+        e.text for e in browser.find_elements(By.CSS_SELECTOR, "[data-testid=calendar]")
+    )
     assert "1 GPU is booked for group ml from" in said and "a server on them then stops" in said
     browser.delete_all_cookies()
     log_in(browser, hub.url, "carol", PASSWORD)
@@ -136,3 +142,24 @@ def test_an_admin_drains_a_gpu_from_the_gpus_page_and_ends_the_drain_there(hub, 
     assert hub.held_by("alice") == [uuid]
     for user in ("alice", "bob"):
         hub.stop_server(user)
+
+
+def first_progress(hub: Hub, user: str) -> str:
+    """The first message of a waiting start's pending page."""
+    with hub.api("GET", f"/users/{user}/servers//progress", stream=True) as stream:
+        for raw in stream.iter_lines():
+            if raw.startswith(b"data:") and "in line" in (said := json.loads(raw[5:])["message"]):
+                return said
+    raise AssertionError(f"{user}'s start never waited in line")
+
+
+def test_a_start_waiting_through_a_drain_is_told_why_and_starts_once_it_ends(hub):
+    done = calendar_cli(hub, "drain", "--all", "--reason", "driver update")
+    assert done.returncode == 0, done.stderr
+    assert hub.spawn("dave", profile="gpu-1").status_code == 202
+    said = first_progress(hub, "dave")
+    assert "2 GPUs are taken out for maintenance (driver update)" in said, said
+    [drain] = hub.api("GET", "/gpu-calendar").json()["windows"]
+    assert calendar_cli(hub, "undrain", str(drain["id"])).returncode == 0
+    hub.wait_ready("dave")  # the undrain runs the line
+    hub.stop_server("dave")
