@@ -163,3 +163,21 @@ def test_a_start_waiting_through_a_drain_is_told_why_and_starts_once_it_ends(hub
     assert calendar_cli(hub, "undrain", str(drain["id"])).returncode == 0
     hub.wait_ready("dave")  # the undrain runs the line
     hub.stop_server("dave")
+
+
+def test_a_booking_made_before_a_hub_kill_9_opens_after_it_and_stops_whom_it_must(hub):
+    hub.spawn_ready("alice", profile="gpu-1")
+    now = datetime.now(UTC)
+    window = {"start": iso(now + timedelta(seconds=20)), "end": iso(now + timedelta(hours=1))}
+    made = hub.api("POST", "/gpu-calendar/bookings", json={"group": "ml", "gpus": 2, **window})
+    assert made.status_code == 201, made.text
+    hub.kill()
+    hub.start()
+
+    hub.wait_for(lambda: hub.server_model("alice") is None, 90, "alice stopped at the window")
+    page = hub.login("alice").get(f"{hub.url}/hub/spawn/alice").text
+    assert "its GPUs are booked for group ml from" in page
+    assert hub.home_of("alice") in [v.name for v in hub.volumes()]  # her files are kept
+    hub.spawn_ready("carol", profile="gpu-1")  # a member starts at once
+    hub.stop_server("carol")
+    assert hub.api("DELETE", f"/gpu-calendar/{made.json()['id']}").status_code == 200
