@@ -18,7 +18,9 @@ c.GPUSpawner.simulate_gpus = 2
 c.GPUSpawner.simulated_load_file = {load!r}
 c.GPUSpawner.monitor_interval = 0.5
 c.GPUSpawner.profiles = [{{"display_name": "1 GPU", "slug": "gpu-1", "gpus": 1}}]
-c.GPUSpawner.group_limits = {{"patient": {{"max_wait": 120}}}}
+c.GPUSpawner.group_limits = {{
+    "patient": {{"max_wait": 120, "max_booking": 7200, "max_gpus_per_user": 1}},
+}}
 """
 
 
@@ -181,3 +183,60 @@ def test_a_booking_made_before_a_hub_kill_9_opens_after_it_and_stops_whom_it_mus
     hub.spawn_ready("carol", profile="gpu-1")  # a member starts at once
     hub.stop_server("carol")
     assert hub.api("DELETE", f"/gpu-calendar/{made.json()['id']}").status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "says"),
+    [
+        ("bookings", {"group": "nosuch"}, "No such group: nosuch"),
+        ("bookings", {"user": "nobody"}, "No such user: nobody"),
+        ("bookings", {"user": "bob", "gpus": 0}, "'gpus' must be a whole number"),
+        ("bookings", {"user": "bob", "start": "tomorrow"}, "'start' is not an ISO 8601 time"),
+        ("bookings", {"user": "bob", "start": "2020-01-01T09:00Z"}, "starts in the past"),
+        ("bookings", {"user": "bob", "colour": "red"}, "Unknown keys: colour"),
+        ("bookings", {"user": "bob", "profile": "gpu-9"}, "No whole-GPU profile 'gpu-9'"),
+        ("drains", {"reason": "x"}, "Give one of 'gpus', 'model', 'node' or 'all'"),
+        ("drains", {"all": True}, "A drain needs a reason"),
+        ("drains", {"gpus": ["GPU-nope"], "reason": "x"}, "No such GPU: GPU-nope"),
+    ],
+)
+def test_a_bad_booking_or_drain_gets_a_specific_400_and_changes_nothing(hub, path, body, says):
+    if path == "bookings":
+        now = datetime.now(UTC)
+        body = {"gpus": 1, "start": iso(now), "end": iso(now + timedelta(hours=1)), **body}
+    answer = hub.api("POST", f"/gpu-calendar/{path}", json=body)
+    assert answer.status_code == 400 and says in answer.json()["message"], answer.text
+    assert hub.api("GET", "/gpu-calendar").json()["windows"] == []
+
+
+def token_of(hub: Hub, user: str) -> dict[str, str]:
+    made = hub.api("POST", f"/users/{user}/tokens", json={"note": "calendar test"})
+    assert made.status_code == 201, made.text
+    return {"Authorization": f"token {made.json()['token']}"}
+
+
+def test_a_user_books_for_themselves_only_as_far_as_their_group_allows(hub):
+    dave, bob = token_of(hub, "dave"), token_of(hub, "bob")
+    now = datetime.now(UTC)
+    hour = {"gpus": 1, "start": iso(now), "end": iso(now + timedelta(hours=1))}
+
+    def book(headers, **body):
+        return hub.api("POST", "/gpu-calendar/bookings", json=body, headers=headers)
+
+    assert "max_gpus_per_user" in book(dave, **{**hour, "gpus": 2}).json()["message"]
+    long = book(dave, **{**hour, "end": iso(now + timedelta(hours=3))})
+    assert long.status_code == 400 and "max_booking" in long.json()["message"]
+    assert book(dave, **hour, group="patient").status_code == 403
+    assert book(bob, **hour).status_code == 403  # bob's groups set no max_booking
+    assert (
+        hub.api(
+            "POST", "/gpu-calendar/drains", json={"all": True, "reason": "x"}, headers=dave
+        ).status_code
+        == 403
+    )
+    mine = book(dave, **hour)
+    assert mine.status_code == 201 and mine.json()["user"] == "dave", mine.text
+    path = f"/gpu-calendar/{mine.json()['id']}"
+    assert hub.api("DELETE", path, headers=bob).status_code == 403
+    assert hub.api("DELETE", path, headers=dave).status_code == 200
+    assert hub.api("GET", "/gpu-calendar").json()["windows"] == []
