@@ -219,7 +219,7 @@ def _calendar_commands(commands: Any) -> None:
     book.add_argument("--gpus", type=int, required=True, help="how many GPUs")
     book.add_argument("--start", required=True, help="ISO 8601, e.g. 2026-12-10T09:00 (UTC)")
     book.add_argument("--end", required=True, help="ISO 8601")
-    book.add_argument("--user", default="", help="for whom (default: you)")
+    book.add_argument("--user", default="", help="for whom (admins; others book for themselves)")
     book.add_argument("--group", default="", help="for a group's members instead")
     book.add_argument("--profile", default="", help="GPUs a whole-GPU profile may use")
     book.add_argument("--model", default="", help="GPUs of one model, e.g. 'NVIDIA H100'")

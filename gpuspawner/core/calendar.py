@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from .words import at_clock, count_gpus, duration
 
 PAST_SLACK = 60.0  # seconds: "now" typed a moment ago is not a window in the past
+YEAR = 366 * 24 * 3600.0  # the furthest ahead a window starts, and the longest a booking
 
 
 class InvalidWindow(ValueError):
@@ -61,11 +62,12 @@ class Window:
         return self.start < end and start < self.end
 
     def title(self) -> str:
-        """What it makes of its GPUs, for a sentence ("its GPU is …"): "booked for alice",
-        "taken out for maintenance (driver update)"."""
+        """What it makes of its GPUs, for a sentence that people other than its holders read
+        ("its GPU is …"): "booked for group ml", "booked for another user" (who holds GPUs
+        is for admins to see), "taken out for maintenance (driver update)"."""
         if self.drain:
             return "taken out for maintenance" + (f" ({self.reason})" if self.reason else "")
-        return f"booked for {self.holder}"
+        return f"booked for group {self.group}" if self.group else "booked for another user"
 
 
 def stop_reason(window: Window, now: float) -> str:
@@ -82,6 +84,8 @@ def check_window(start: float, end: float, now: float, longest: float | None = N
         raise InvalidWindow("The window ends before it starts")
     if start < now - PAST_SLACK:
         raise InvalidWindow("The window starts in the past")
+    if start > now + YEAR or (math.isfinite(end) and end - start > YEAR):
+        raise InvalidWindow("A window starts within a year and lasts at most a year")
     if longest is not None and end - start > longest:
         raise InvalidWindow(
             f"The window is {duration(end - start)} long; your group allows "

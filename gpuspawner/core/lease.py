@@ -155,7 +155,8 @@ def lease(
             f"This server stops at {at_clock(opens, now)} ({_in(opens - now)}): its "
             f"{count_gpus(gpus)} {_is(gpus)} {what}. Save your work before then."
         )
-        deadlines.append(Deadline(CALENDAR, 0.0, None, opens, opens - window_warning, says))
+        warn_at = opens - window_warning if window_warning > 0 else None
+        deadlines.append(Deadline(CALENDAR, 0.0, None, opens, warn_at, says))
     return Lease(gpus, tuple(deadlines), now)
 
 

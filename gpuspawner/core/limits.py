@@ -226,6 +226,8 @@ class LimitsTable:
             return Limited(*max(values))
 
         durations = {key: most_generous(key) for key in DURATION_KEYS}
+        booking = _highest(listed, "max_booking", sourced=True)  # unset: may not book (0)
+        durations["max_booking"] = booking if booking.value else Limited(None, None)
         wait, priority = (_highest(listed, key, sourced=key == "max_wait") for key in LINE_KEYS)
         places = most_generous("max_waiting_per_user")
         if admin and not self.limit_admins:

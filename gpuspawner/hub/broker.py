@@ -335,9 +335,10 @@ class Broker:
         tries = [keep | kept.ahead] if kept.ahead else []
         if kept.theirs:
             tries.insert(0, keep | (frozenset(self._pool.ids) - kept.theirs))
-        for narrower in tries:
+        alone = replace(request, turns=False) if isinstance(request, Request) else request
+        for narrower in tries:  # (not in turns: a GPU free elsewhere beats sharing one)
             with contextlib.suppress(NotEnoughGPUs):
-                return self._pool.allocate(holder, request, admit, borrows, narrower)
+                return self._pool.allocate(holder, alone, admit, borrows, narrower)
         return self._pool.allocate(holder, request, admit, borrows, keep)
 
     def grant_of(self, key: int) -> Grant | None:

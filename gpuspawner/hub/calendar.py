@@ -79,10 +79,8 @@ class Calendar:
         windows = self.windows()
         if not windows or not grant.uuids:
             return None
-        user = grant.holder.user
-        return window_stops(
-            windows, grant.uuids, user, self.groups_of(user), grant.since, self.clock()
-        )
+        user, gpus = grant.holder.user, {u.gpu for u in grant.units}
+        return window_stops(windows, gpus, user, self.groups_of(user), grant.since, self.clock())
 
     def said_to(self, user: str, lasts: float | None) -> list[str]:
         """The lines on the calendar for `user`, whose server may run `lasts` seconds (None:
@@ -92,7 +90,7 @@ class Calendar:
         return said_to(self.windows(), user, self.groups_of(user), now, until)
 
     def _units_on(self, gpus: Collection[str]) -> frozenset[str]:
-        return frozenset(u.id for u in self.site.units if u.device in gpus)
+        return frozenset(u.id for u in self.site.units if u.gpu in gpus)
 
     # --- what admins and users ask ---------------------------------------------------------
     def book(
@@ -132,7 +130,9 @@ class Calendar:
     def end(self, window_id: int) -> Window:
         """End a window now (undrain; a booking given back), or cancel one not yet open;
         KeyError if there is none open or ahead."""
-        window = next(w for w in self.windows() if w.id == window_id)
+        window = next((w for w in self.windows() if w.id == window_id), None)
+        if window is None:
+            raise KeyError(window_id)
         now = self.clock()
         self._windows.remove(window)
         if window.start > now:

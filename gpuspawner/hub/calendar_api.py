@@ -78,7 +78,7 @@ class CalendarHandler(APIHandler):
     def _body(self, keys: set[str]) -> dict[str, Any]:
         try:
             body = json.loads(self.request.body or b"{}")
-        except ValueError:
+        except (ValueError, RecursionError):
             raise web.HTTPError(400, "The body is not JSON") from None
         if not isinstance(body, dict):
             raise web.HTTPError(400, "The body must be a JSON object")
@@ -110,25 +110,31 @@ class BookingsHandler(CalendarHandler):
             raise web.HTTPError(403, "Log in to book GPUs")
         body = self._body(BOOKING_KEYS)
         broker = Broker.current()
+        now = broker.clock()
+        start, end = _moment(body.get("start"), "start", now), _moment(body.get("end"), "end", now)
+        count, let_finish = _count(body.get("gpus")), _flag(body, "let_finish")
         user, group = _text(body, "user"), _text(body, "group")
-        longest = None
-        if not self._admin():
-            user, group, longest = self._own_booking(broker, body, user, group)
+        longest, nodes = None, None
+        if self._admin():
+            access.require(self, "delete:servers")  # its window stops servers on its GPUs
+        else:
+            user, longest, nodes = self._own_booking(broker, body, count, start, end)
+            group, let_finish = "", True  # a member's booking stops nobody's server
         if user and orm.User.find(self.db, user) is None:
             raise web.HTTPError(400, f"No such user: {user}")
         if group and orm.Group.find(self.db, group) is None:
             raise web.HTTPError(400, f"No such group: {group}")
-        candidates, asked = _candidates(broker, body)
+        candidates, asked = _candidates(broker, body, nodes)
         try:
             window = broker.calendar.book(
                 candidates,
-                _count(body.get("gpus")),
-                _moment(body.get("start"), "start", broker.clock()),
-                _moment(body.get("end"), "end", broker.clock()),
+                count,
+                start,
+                end,
                 user=user,
                 group=group,
                 longest=longest,
-                let_finish=_flag(body, "let_finish"),
+                let_finish=let_finish,
                 note=_text(body, "note"),
                 by=self.current_user.name,
                 asked=asked,
@@ -139,12 +145,21 @@ class BookingsHandler(CalendarHandler):
         self._changed(window, 201)
 
     def _own_booking(
-        self, broker: Broker, body: dict[str, Any], user: str, group: str
-    ) -> tuple[str, str, float]:
-        """A user's booking for themselves: only where their groups allow it, and within
-        their own GPU limit; a booking for another, or for a group, is an admin's."""
+        self, broker: Broker, body: dict[str, Any], count: int, start: float, end: float
+    ) -> tuple[str, float, frozenset[str] | None]:
+        """A user's booking for themselves: where their groups allow it (`max_booking`), on
+        profiles and machines they may use, and with their bookings in that window within
+        their `max_gpus_per_user`. Returns their name, the longest window, their machines."""
         me = self.current_user
-        if group or user not in ("", me.name) or _flag(body, "let_finish"):
+        if getattr(me, "kind", "user") != "user" or not has_scope(
+            f"servers!user={me.name}", self.parsed_scopes, db=self.db
+        ):
+            raise web.HTTPError(403, "Only a user's own login or token books GPUs for them")
+        if (
+            body.get("group")
+            or body.get("user") not in (None, "", me.name)
+            or body.get("let_finish")
+        ):
             raise web.HTTPError(
                 403, "Only admins book for others or for a group, or let servers finish"
             )
@@ -154,17 +169,27 @@ class BookingsHandler(CalendarHandler):
             raise web.HTTPError(
                 403, "Your groups do not let members book GPUs (max_booking): ask an admin"
             )
+        if body.get("profile") and not limits.may_pick(str(body["profile"])):
+            raise web.HTTPError(403, f"Profile {body['profile']!r} is not available to you")
         most = limits.max_gpus_per_user.value
-        if most is not None and _count(body.get("gpus")) > most:
+        mine = sum(
+            len(w.gpus)
+            for w in broker.calendar.windows()
+            if w.user == me.name and w.overlaps(start, end)
+        )
+        if most is not None and mine + count > most:
             raise web.HTTPError(
-                400, f"You may hold {most} GPUs at once (max_gpus_per_user): book at most that"
+                400,
+                f"You may hold {most} GPUs at once (max_gpus_per_user), and your bookings in "
+                f"that window hold {mine}: book at most {max(0, most - mine)}",
             )
-        return me.name, "", float(longest.value)
+        return me.name, float(longest.value), limits.nodes.value
 
 
 class DrainsHandler(CalendarHandler):
     def post(self) -> None:
         access.require(self, access.ADMIN)
+        access.require(self, "delete:servers")  # a drain stops the servers on its GPUs
         body = self._body(DRAIN_KEYS)
         broker = Broker.current()
         reason = _text(body, "reason")
@@ -187,7 +212,8 @@ class WindowHandler(CalendarHandler):
         me = self.current_user
         if window is None:
             raise web.HTTPError(404, f"No booking or drain {window_id} open or ahead")
-        if not (self._admin() or (me is not None and window.user == me.name)):
+        own = me is not None and getattr(me, "kind", "user") == "user" and window.user == me.name
+        if not (self._admin() or own):
             raise web.HTTPError(403, "Only admins, or the user it is booked for, may end it")
         ended = broker.calendar.end(window.id)
         self.log.info("gpuspawner: %s ended %s", me.name if me else "?", ended)
@@ -226,24 +252,29 @@ def _moment(value: Any, key: str, now: float) -> float:
     return (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp()
 
 
-def _candidates(broker: Broker, body: dict[str, Any]) -> tuple[list[str], str]:
-    """The GPUs a booking may take, in placement's order, and what was asked, in words."""
+def _candidates(
+    broker: Broker, body: dict[str, Any], nodes: frozenset[str] | None
+) -> tuple[list[str], str]:
+    """The GPUs a booking may take, those free now first (a booking from now then stops no
+    server where it need not), on `nodes` (None: any), and what was asked, in words."""
     count, site = body.get("gpus"), broker.site
     profile_slug, model = _text(body, "profile"), _text(body, "model")
     if profile_slug and model:
         raise web.HTTPError(400, "Give 'profile' or 'model', not both")
+    gpus = [g for g in site.gpus if not g.mig_mode and (nodes is None or g.node in nodes)]
+    asked = f"{count} GPUs"
     if profile_slug:
         profile = next((p for p in site.profiles if p.slug == profile_slug), None)
         if profile is None or profile.request.kind is not Kind.GPU:
             raise web.HTTPError(400, f"No whole-GPU profile {profile_slug!r}: bookings are of GPUs")
-        matched = {u.device for u in site.units if profile.request.matches(u)}
-        return [g.uuid for g in site.gpus if g.uuid in matched], f"{count} × {profile_slug}"
-    if model:
-        gpus = [g.uuid for g in site.gpus if g.model.lower() == model.lower()]
+        matched = {u.gpu for u in site.units if profile.request.matches(u)}
+        gpus, asked = [g for g in gpus if g.uuid in matched], f"{count} × {profile_slug}"
+    elif model:
+        gpus, asked = [g for g in gpus if g.model.lower() == model.lower()], f"{count} × {model}"
         if not gpus:
             raise web.HTTPError(400, f"No GPU is a {model}")
-        return gpus, f"{count} × {model}"
-    return [g.uuid for g in site.gpus if not g.mig_mode], f"{count} GPUs"
+    held = {u.gpu for grant in broker.pool.grants() for u in grant.units}
+    return [g.uuid for g in sorted(gpus, key=lambda g: g.uuid in held)], asked
 
 
 def _drained(broker: Broker, body: dict[str, Any]) -> tuple[list[str], str]:
@@ -259,12 +290,14 @@ def _drained(broker: Broker, body: dict[str, Any]) -> tuple[list[str], str]:
         if unknown:
             raise web.HTTPError(400, f"No such GPU: {', '.join(unknown)}")
         return list(asked), ", ".join(asked)
-    if "model" in body:
-        model = _text(body, "model")
-        return [g.uuid for g in gpus if g.model.lower() == model.lower()], f"model {model}"
-    if "node" in body:
-        node = _text(body, "node")
-        return [g.uuid for g in gpus if g.node == node], f"node {node}"
+    if "model" in body or "node" in body:
+        key = "model" if "model" in body else "node"
+        name = _text(body, key)
+        if not name:
+            raise web.HTTPError(400, f"{key!r} must name a {key}")
+        if key == "model":
+            return [g.uuid for g in gpus if g.model.lower() == name.lower()], f"model {name}"
+        return [g.uuid for g in gpus if g.node == name], f"node {name}"
     if body["all"] is not True:
         raise web.HTTPError(400, "'all' must be true")
     return [g.uuid for g in gpus], "all GPUs"
@@ -276,7 +309,7 @@ def handlers(hub_prefix: str) -> list[tuple[str, type]]:
         (api, WindowsHandler),
         (f"{api}/bookings", BookingsHandler),
         (f"{api}/drains", DrainsHandler),
-        (f"{api}/([0-9]+)", WindowHandler),
+        (f"{api}/([0-9]{{1,12}})", WindowHandler),
     ]
 
 

@@ -123,7 +123,7 @@ RESTORE_WAIT_SECONDS = Histogram(
 BOOKED_GPU_SECONDS = Counter(
     "gpuspawner_booked_gpu_seconds_total",
     "GPU-seconds of each booking of the calendar while its window is open, by booking "
-    "(its number), holder (a user, or group NAME) and use: used (a holder's server held the "
-    "GPU) or unused (the GPU was kept for the holders and nobody used it).",
-    ["booking", "holder", "use"],
+    "(its number, as `gpuspawner calendar` lists it) and use: used (a holder's server held "
+    "the GPU) or unused (the GPU was kept for the holders and nobody used it).",
+    ["booking", "use"],
 )

@@ -251,10 +251,7 @@ class BookingCounters:
         self._last = now
         calendar = self.broker.calendar
         users = {
-            u.device: g.holder.user
-            for g in self.broker.pool.grants()
-            if not g.parked
-            for u in g.units
+            u.gpu: g.holder.user for g in self.broker.pool.grants() if not g.parked for u in g.units
         }
         for window in calendar.windows():
             seconds = min(now, window.end) - max(since, window.start)
@@ -263,8 +260,7 @@ class BookingCounters:
             for gpu in window.gpus:
                 holder = users.get(gpu)
                 used = holder is not None and window.serves(holder, calendar.groups_of(holder))
-                labels = (str(window.id), window.holder, "used" if used else "unused")
-                BOOKED_GPU_SECONDS.labels(*labels).inc(seconds)
+                BOOKED_GPU_SECONDS.labels(str(window.id), "used" if used else "unused").inc(seconds)
 
 
 class CalendarCollector(Collector):

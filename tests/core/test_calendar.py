@@ -92,6 +92,7 @@ def test_a_booking_that_does_not_fit_says_how_many_gpus_are_left():
         (2 * HOUR, HOUR, None, "ends before it starts"),
         (-HOUR, HOUR, None, "starts in the past"),
         (HOUR, 60 * HOUR, 48 * HOUR, "long; your group allows .* \\(max_booking\\)"),
+        (400 * 24 * HOUR, 401 * 24 * HOUR, None, "starts within a year"),
     ],
 )
 def test_windows_that_cannot_be_booked_are_refused_with_the_reason(start, end, longest, says):

@@ -241,3 +241,10 @@ def test_a_value_a_group_leaves_to_default_limits_says_it_came_from_there():
     both = limits.for_user({"researchers", "students"})
     assert both.duration("gpu_idle_timeout") == Limited(1800.0, DEFAULT_GROUP)
     assert limits.for_user({"students"}).duration("gpu_idle_timeout") == Limited(600.0, "students")
+
+
+def test_a_member_may_book_if_any_of_their_groups_lets_them_for_the_longest_it_allows():
+    limits = table({"ml": {"max_booking": 7200}, "staff": {"max_booking": 3600}, "students": {}})
+    assert limits.for_user({"ml", "students"}).duration("max_booking") == Limited(7200, "ml")
+    assert limits.for_user({"ml", "staff"}).duration("max_booking").value == 7200
+    assert limits.for_user({"students"}).duration("max_booking").value is None

@@ -4,9 +4,11 @@ nobody, and a GPU a window opens on soon is taken only when no other will do."""
 import pytest
 from brokers import a_broker
 
+from gpuspawner.config.settings import GPUSettings
 from gpuspawner.core.calendar import InvalidWindow
 from gpuspawner.core.placement import NotEnoughGPUs
 from gpuspawner.core.pool import Holder
+from gpuspawner.core.units import Request
 from gpuspawner.records.calendar import CalendarRecord
 
 HOUR = 3600.0
@@ -88,3 +90,30 @@ def test_a_holder_in_their_window_takes_their_booked_gpus_first(tmp_path):
     [booked] = broker.calendar.book(gpus[1:], 1, now[0], now[0] + HOUR, user="carol").gpus
     assert broker.take_now(CAROL, 1).uuids == (booked,)  # others stay free for others
     assert booked not in broker.take_now(ALICE, 2).uuids
+
+
+def test_a_drain_of_a_mig_gpu_closes_its_instances(tmp_path):
+    now = [1000.0]
+    broker = a_broker(
+        GPUSettings(simulated_host=[{"mig": ["3g.40gb", "3g.40gb"]}]),
+        clock=lambda: now[0],
+        calendar=CalendarRecord(tmp_path / "usage.sqlite"),
+    )
+    [gpu] = broker.site.gpus
+    running = broker.take_now(ALICE, Request(mig_profile="3g.40gb"))
+    broker.calendar.drain([gpu.uuid], now[0], "driver update", "admin", "all GPUs")
+    with pytest.raises(NotEnoughGPUs):
+        broker.take_now(BOB, Request(mig_profile="3g.40gb"))
+    assert broker.calendar.stop_for(running).reason == "driver update"
+
+
+def test_a_start_that_allows_turns_takes_a_free_gpu_booked_later_rather_than_share(tmp_path):
+    now = [1000.0]
+    broker = broker_at(now, tmp_path)
+    gpus = [g.uuid for g in broker.site.gpus]
+    alice = broker.take_now(ALICE, Request(1, turns=True))
+    free = [g for g in gpus if g not in alice.uuids]
+    month = now[0] + 30 * 24 * HOUR
+    [later] = broker.calendar.book(free, 1, month, month + HOUR, user="carol").gpus
+    bob = broker.take_now(BOB, Request(1, turns=True))
+    assert bob.uuids == (later,) and not bob.parked  # not parked in turns on alice's GPU

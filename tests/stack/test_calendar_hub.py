@@ -210,7 +210,14 @@ def test_a_bad_booking_or_drain_gets_a_specific_400_and_changes_nothing(hub, pat
 
 
 def token_of(hub: Hub, user: str) -> dict[str, str]:
-    made = hub.api("POST", f"/users/{user}/tokens", json={"note": "calendar test"})
+    """A token the user makes for themselves, logged in (as on the hub's token page)."""
+    session = hub.login(user)
+    made = session.post(
+        f"{hub.url}/hub/api/users/{user}/tokens",
+        json={"note": "calendar test"},
+        headers={"X-XSRFToken": session.cookies["_xsrf"]},
+        timeout=30,
+    )
     assert made.status_code == 201, made.text
     return {"Authorization": f"token {made.json()['token']}"}
 
@@ -236,6 +243,9 @@ def test_a_user_books_for_themselves_only_as_far_as_their_group_allows(hub):
     )
     mine = book(dave, **hour)
     assert mine.status_code == 201 and mine.json()["user"] == "dave", mine.text
+    assert mine.json()["let_finish"]  # a member's booking stops nobody's server
+    again = book(dave, **hour)  # one more overlapping would hold 2 GPUs at once
+    assert again.status_code == 400 and "your bookings in that window hold 1" in again.text
     path = f"/gpu-calendar/{mine.json()['id']}"
     assert hub.api("DELETE", path, headers=bob).status_code == 403
     assert hub.api("DELETE", path, headers=dave).status_code == 200
