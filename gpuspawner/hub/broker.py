@@ -295,7 +295,7 @@ class Broker:
                 holder, profile.slug, profile.display_name, request, limits
             )
         except (LimitExceeded, NotEnoughGPUs, WaitEnded) as error:
-            raise refused(profile, error) from None
+            raise refused(profile, error, self.calendar.said_to(holder.user, 0.0)) from None
 
     def take_now(
         self,

@@ -10,6 +10,7 @@ those, and its own refusals, into JupyterHub's `SpawnException` (`refused_start`
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
 from jupyterhub.spawner import SpawnException
 
@@ -29,11 +30,15 @@ class Refused(Exception):
         self.message, self.reason, self.status, self.counted = message, reason, status, counted
 
 
-def refused(profile: Profile, error: LimitExceeded | NotEnoughGPUs | WaitEnded) -> Refused:
+def refused(
+    profile: Profile, error: LimitExceeded | NotEnoughGPUs | WaitEnded, told: Sequence[str] = ()
+) -> Refused:
+    """`told`: the calendar's windows open now, said where GPUs were short (a drain, a
+    booking for others explains why free GPUs do not serve this start)."""
     if isinstance(error, LimitExceeded):
         return Refused(str(error), "limit", 403)
     if isinstance(error, NotEnoughGPUs):
-        return Refused(not_enough(profile, error), "capacity", 409)
+        return Refused(" ".join([not_enough(profile, error), *told]), "capacity", 409)
     return Refused(str(error), error.reason, 409, counted=error.outcome != "removed")
 
 

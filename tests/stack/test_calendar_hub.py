@@ -55,6 +55,7 @@ def test_a_drain_stops_the_servers_on_its_gpus_files_kept_and_an_undrain_gives_t
     assert hub.home_of("alice") in [v.name for v in hub.volumes()]  # her files are kept
     refused = hub.spawn("bob", profile="gpu-1")
     assert refused.status_code >= 400 and hub.held_by("bob") == []
+    assert "2 GPUs are taken out for maintenance (driver update)" in refused.text
 
     [drain] = hub.api("GET", "/gpu-calendar").json()["windows"]
     done = calendar_cli(hub, "undrain", str(drain["id"]))
@@ -80,6 +81,7 @@ def test_a_booking_serves_only_its_holders_and_holds_through_a_hub_kill_9(hub):
     assert listed.returncode == 0 and "group ml" in listed.stdout, listed.stdout
     refused = hub.spawn("alice", profile="gpu-1")  # the one GPU left is booked
     assert refused.status_code >= 400 and hub.held_by("alice") == []
+    assert "1 GPU is booked for group ml to" in refused.text, refused.text
     hub.spawn_ready("carol", profile="gpu-1")  # a member starts at once on it
     assert hub.held_by("carol") == [booked]
     for user in ("bob", "carol"):
@@ -250,3 +252,21 @@ def test_a_user_books_for_themselves_only_as_far_as_their_group_allows(hub):
     assert hub.api("DELETE", path, headers=bob).status_code == 403
     assert hub.api("DELETE", path, headers=dave).status_code == 200
     assert hub.api("GET", "/gpu-calendar").json()["windows"] == []
+
+
+def test_a_drain_at_a_time_warns_the_servers_on_its_gpus_then_stops_them(hub):
+    hub.spawn_ready("alice", profile="gpu-1")
+    [gpu] = hub.held_by("alice")
+    at = iso(datetime.now(UTC) + timedelta(seconds=8))
+    done = calendar_cli(hub, "drain", "--gpu", gpu, "--start", at, "--reason", "new fan")
+    assert done.returncode == 0, done.stderr
+    warning = hub.api("GET", "/users/alice/server/gpu-lease").json()["warning"]
+    assert "taken out for maintenance (new fan)" in warning["says"], warning
+    assert hub.server_model("alice")["ready"]  # nothing stops before its time
+
+    hub.wait_for(lambda: hub.server_model("alice") is None, 60, "alice stopped at the drain")
+    hub.spawn_ready("bob", profile="gpu-1")
+    assert hub.held_by("bob") != [gpu]
+    [drain] = hub.api("GET", "/gpu-calendar").json()["windows"]
+    assert calendar_cli(hub, "undrain", str(drain["id"])).returncode == 0
+    hub.stop_server("bob")
