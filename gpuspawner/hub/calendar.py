@@ -55,9 +55,10 @@ class Calendar:
         self._next_id = 1 + max((w.id for w in self._windows), default=0)
 
     def windows(self) -> list[Window]:
-        """The windows open now or ahead, by start."""
+        """The windows open now or ahead, by start (those ended are history: the record's)."""
         now = self.clock()
-        return [w for w in self._windows if w.end > now]
+        self._windows = [w for w in self._windows if w.end > now]
+        return list(self._windows)
 
     # --- what placement and the culler ask -------------------------------------------------
     def kept_from(self, user: str, lasts: float | None) -> Kept:
@@ -141,9 +142,7 @@ class Calendar:
             return window
         if self.record is not None:
             self.record.end(window.id, now)
-        ended = replace(window, end=now)
-        self._windows.append(ended)
-        return ended
+        return replace(window, end=now)
 
     def _add(self, window: Window) -> Window:
         if self.record is not None:

@@ -18,14 +18,12 @@ a zone is UTC.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 from jupyterhub import orm
-from jupyterhub.apihandlers.base import APIHandler
 from jupyterhub.scopes import has_scope
 from jupyterhub.utils import url_path_join
 from tornado import web
@@ -35,6 +33,7 @@ from ..core.gpus import GPU
 from ..core.units import Kind
 from ..core.words import iso_utc
 from . import access
+from .api_base import JSONHandler
 from .broker import Broker
 
 BOOKING_KEYS = {"user", "group", "gpus", "profile", "model", "start", "end", "let_finish", "note"}
@@ -68,18 +67,9 @@ def drain_choices(gpus: Sequence[GPU]) -> dict[str, list[str]]:
     }
 
 
-class CalendarHandler(APIHandler):
-    def _answer(self, body: Any, status: int = 200) -> None:
-        self.set_status(status)
-        self.set_header("Content-Type", "application/json")
-        self.set_header("Cache-Control", "no-store")
-        self.write(json.dumps(body))
-
+class CalendarHandler(JSONHandler):
     def _body(self, keys: set[str]) -> dict[str, Any]:
-        try:
-            body = json.loads(self.request.body or b"{}")
-        except (ValueError, RecursionError):
-            raise web.HTTPError(400, "The body is not JSON") from None
+        body = self.get_json_body() or {}
         if not isinstance(body, dict):
             raise web.HTTPError(400, "The body must be a JSON object")
         unknown = sorted(set(body) - keys)

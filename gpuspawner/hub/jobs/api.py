@@ -20,10 +20,8 @@ user's jobs are 403 whether or not they exist. A report needs
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-from jupyterhub.apihandlers.base import APIHandler
 from jupyterhub.scopes import has_scope
 from jupyterhub.utils import url_path_join
 from tornado import web
@@ -31,6 +29,7 @@ from tornado import web
 from ...core.jobs import SERVER_PREFIX, InvalidJob, parse_submission
 from ...records.jobs import Job
 from .. import access
+from ..api_base import JSONHandler
 from ..broker import Broker
 from .board import JobBoard
 from .view import job_view
@@ -46,7 +45,7 @@ def board() -> JobBoard:
     return jobs
 
 
-class JobsHandler(APIHandler):
+class JobsHandler(JSONHandler):
     def _owner(self, user_name: str) -> Any:
         user = self.find_user(user_name)
         if user is None:
@@ -58,12 +57,6 @@ class JobsHandler(APIHandler):
         if job is None or job.user_id != user.id:
             raise web.HTTPError(404, f"{user.name} has no job {job_id}")
         return job
-
-    def _answer(self, body: Any, status: int = 200) -> None:
-        self.set_status(status)
-        self.set_header("Content-Type", "application/json")
-        self.set_header("Cache-Control", "no-store")
-        self.write(json.dumps(body))
 
     def as_json(self, job: Job) -> dict[str, Any]:
         return job_view(job, board(), self.base_url)
