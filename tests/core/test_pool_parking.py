@@ -204,8 +204,9 @@ class Parking(RuleBasedStateMachine):
             return
         holder = job(key) if key % 2 else person(key)
         nothing_else = self.pool.refusal(Request(gpus=gpus)) is not None
+        borrows = not holder.job or gpus == 1  # as the hub's jobs ask (hub.jobs.board)
         with contextlib.suppress(NotEnoughGPUs):
-            grant = self.pool.allocate(holder, Request(gpus, turns=turns))
+            grant = self.pool.allocate(holder, Request(gpus, turns=turns), borrows=borrows)
             self.first[key] = grant.ids
             if self.people_on(grant.ids[0]) > 1:  # in turns: only when no other GPU would do
                 assert grant.turns and gpus == 1 and nothing_else
