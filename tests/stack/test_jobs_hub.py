@@ -44,7 +44,9 @@ c.GPUSpawner.default_limits = {{"max_jobs": 0}}
 c.GPUSpawner.group_limits = {{
     "people": {{"max_wait": 900}},
     "trainers": {{"max_jobs": 2, "preempt_grace": 20}},
-    "sprinters": {{"max_jobs": 1, "max_runtime": 8, "preempt_grace": 10}},
+    # max_runtime counts from the job's start, its server's start included: under load
+    # that takes seconds, and the test must see it running (and its activity) first
+    "sprinters": {{"max_jobs": 1, "max_runtime": 20, "preempt_grace": 10}},
 }}
 """
 
