@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Collection, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Any
 
@@ -85,6 +85,7 @@ class UserLimits:
     line_places: Limited = Limited(None, None)  # max_waiting_per_user; None: `places_in_line`
     budgets: Budgets = field(default_factory=Budgets)
     nodes: Limited = Limited(None, None)  # the machines their servers may run on; None: any
+    home: str | None = None  # the machine that holds their home, where homes are each node's
 
     def may_pick(self, slug: str) -> bool:
         return self.profiles.value is None or slug in self.profiles.value
@@ -104,8 +105,24 @@ class UserLimits:
 
     def request_for(self, profile: Profile) -> Request:
         """What this user's start on `profile` asks the pool for: on a machine both the
-        profile and their groups allow. Every start, wait and judgment of one uses this."""
-        return profile.request.only_on(self.nodes.value)
+        profile and their groups allow, and their home's where it is one of those. Every
+        start, wait and judgment of one uses this."""
+        request = profile.request.only_on(self.nodes.value)
+        if self.home is None or (request.nodes is not None and self.home not in request.nodes):
+            return request  # a profile for other machines: the user chose those
+        return request.only_on({self.home})
+
+    def at_home(self, node: str) -> UserLimits:
+        """These limits with their servers kept on `node`, where their home is (`homes`),
+        wherever their groups allow that node (elsewhere the home is out of their reach)."""
+        allowed = self.nodes.value
+        return self if allowed is not None and node not in allowed else replace(self, home=node)
+
+    @property
+    def machines(self) -> frozenset[str] | None:
+        """The machines their servers go to, unless a profile names others: their home's,
+        else those their groups allow (None: any)."""
+        return frozenset({self.home}) if self.home is not None else self.nodes.value
 
     def duration(self, key: str) -> Limited:
         """A culling limit (seconds) and where it came from; Limited(None, …) for never."""

@@ -262,13 +262,17 @@ def default_profile(profiles: Sequence[Profile]) -> Profile:
 
 
 def choose_profile(
-    user_options: Any, profiles: Sequence[Profile], images: Collection[str] = ()
+    user_options: Any,
+    profiles: Sequence[Profile],
+    images: Collection[str] = (),
+    more: Collection[str] = (),
 ) -> Profile:
     """The profile `user_options` names, or InvalidUserOptions saying what is wrong.
 
     No `profile` key means the default profile. `images` are the images the
     admin lets users pick (DockerSpawner's `allowed_images`; `"*"` for any):
-    with them, `image` is accepted too. Anything else is refused, never ignored.
+    with them, `image` is accepted too; `more`: other options the hub reads (a swarm's
+    `away_from_home`). Anything else is refused, never ignored.
     """
     if user_options is None:
         user_options = {}
@@ -277,7 +281,7 @@ def choose_profile(
             f'user_options must be an object such as {{"profile": "{profiles[0].slug}"}}, '
             f"got {_kind(user_options)}"
         )
-    accepted = ("profile", "image") if images else ("profile",)
+    accepted = ("profile", "image", *more) if images else ("profile", *more)
     unknown = sorted(str(k) for k in user_options if k not in accepted)
     if unknown:
         raise InvalidUserOptions(

@@ -96,6 +96,12 @@ def homes(found: Iterable[Mount]) -> list[Mount]:
     return [m for m in found if m.per_user and not m.read_only]
 
 
+def node_homes(volumes: Mapping[str, Any]) -> list[Mount]:
+    """The homes in DockerSpawner's `volumes` that are named volumes (templates unrendered):
+    on a swarm, each node makes its own copy of such a volume."""
+    return [m for m in homes(mounts(volumes, {}, str)) if not m.on_host]
+
+
 def home_labels(owner: Owner) -> dict[str, str]:
     return {LABEL_HOME: owner.user, LABEL_USER_ID: str(owner.user_id), LABEL_HUB: owner.hub}
 

@@ -24,7 +24,7 @@ from collections.abc import Callable, Hashable, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from types import MappingProxyType
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from ..config.site import GPUSite
 from ..core.culling import IdleClock
@@ -40,10 +40,12 @@ from ..core.units import Request, Unit
 from ..core.usage import DEFAULT_HALF_LIFE, decayed_gpu_hours
 from ..engine.base import Engine, LookPast, Seen
 from ..records.calendar import CalendarRecord
+from ..records.homes import HomeRecord
 from ..records.ledger import Ledger
 from ..records.line import LineRecord, Waited
 from .calendar import Calendar, GroupsOf, Kept
 from .counters import ALLOCATION_SECONDS
+from .homes import Homes
 from .jobs_part import JobsPart
 from .line import Line, WaitEnded
 from .machine import Machine
@@ -78,9 +80,12 @@ class Broker:
         limits_of: Callable[[int], UserLimits | None] = lambda user_id: None,
         calendar: CalendarRecord | None = None,
         groups_of: GroupsOf = lambda user: frozenset(),
+        homes: HomeRecord | None = None,
     ) -> None:
         """`limits_of`: a user's limits by id, for the line's estimates of when GPUs free up.
-        `calendar`: where bookings and drains are written; `groups_of`: a user's groups."""
+        `calendar`: where bookings and drains are written; `groups_of`: a user's groups.
+        `homes`: where each user's home node is written, where homes are each node's own
+        (a swarm without shared storage); None elsewhere."""
         self.site = site
         self.engine = engine
         self.hub = hub  # DockerSpawner.prefix: which containers on the engine are this hub's
@@ -97,6 +102,7 @@ class Broker:
         self._half_life = half_life  # of recent use, which orders the waiting line
         self._jobs: JobsPart | None = None  # the hub's jobs, once read back (`serve_jobs`)
         self.calendar = Calendar(site, clock, calendar, groups_of)  # bookings and drains
+        self.homes = Homes(homes)  # which node holds each user's home, on a swarm
         self._line = Line(
             self._pool,
             self._idle,
@@ -283,6 +289,12 @@ class Broker:
         self._stoppables.append(stop)
 
     # --- spawners ---------------------------------------------------------------
+    def limits_for(self, user: Any) -> UserLimits:
+        """A user's limits (a JupyterHub user or its database row), kept on their home's
+        node where homes are each node's own: every start, wait and judgment reads these."""
+        limits = self.site.limits.for_user({g.name for g in user.groups}, bool(user.admin))
+        return self.homes.narrow(user.name, limits)
+
     async def take(self, holder: Holder, profile: Profile, limits: UserLimits) -> Grant:
         """GPUs for a starting server on `profile`, within the user's `limits`: at once for a
         CPU-only profile (a grant of nothing), through the waiting line for a GPU one; or
@@ -295,7 +307,11 @@ class Broker:
                 holder, profile.slug, profile.display_name, request, limits
             )
         except (LimitExceeded, NotEnoughGPUs, WaitEnded) as error:
-            raise refused(profile, error, self.calendar.said_to(holder.user, 0.0)) from None
+            raise refused(profile, error, self.said_to(holder.user)) from None
+
+    def said_to(self, user: str) -> list[str]:
+        """What keeps free GPUs from `user` now, in words: windows open now, their home."""
+        return [*self.calendar.said_to(user, 0.0), *self.homes.said_to(user)]
 
     def take_now(
         self,

@@ -17,6 +17,7 @@ from jupyterhub import orm
 
 from ..core.budgets import Standing, standing
 from ..core.limits import UserLimits
+from ..core.profiles import Profile
 from ..core.usage import WEEK, UsageRecord
 from ..core.words import DEFAULT_GROUP
 from .broker import Broker
@@ -42,6 +43,16 @@ def standing_of(
     if week is None:
         week = of_users_now(db, last_week(broker, now))
     return standing(budgets, user_id, members, week, now)
+
+
+def start_refusal(broker: Broker, user: Any, profile: Profile, limits: UserLimits) -> str | None:
+    """Why a GPU start is refused for a used-up GPU-hour budget, before anything is reserved
+    and without a place in the waiting line: waiting gives no budget back (use leaves the
+    window by the hour, not when a GPU frees up). CPU-only profiles are never refused."""
+    if profile.request.kind is None:
+        return None
+    refusal = standing_of(broker, user.db, user.id, limits).refusal(broker.clock())
+    return None if refusal is None else str(refusal)
 
 
 def last_week(broker: Broker, now: float) -> list[UsageRecord]:

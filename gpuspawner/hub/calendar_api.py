@@ -153,7 +153,7 @@ class BookingsHandler(CalendarHandler):
             raise web.HTTPError(
                 403, "Only admins book for others or for a group, or let servers finish"
             )
-        limits = broker.site.limits.for_user({g.name for g in me.groups}, bool(me.admin))
+        limits = broker.limits_for(me)
         longest = limits.duration("max_booking")
         if longest.value is None:
             raise web.HTTPError(

@@ -28,7 +28,7 @@ from jupyterhub.utils import url_path_join
 from tornado import web
 
 from ..core.lease import Lease, lease
-from ..core.profiles import InvalidUserOptions, choose_profile
+from ..core.profiles import InvalidUserOptions
 from ..core.words import duration, iso_utc
 from .broker import Broker
 
@@ -78,7 +78,7 @@ def lease_of(spawner: Any, broker: Broker) -> dict[str, Any]:
     grant = broker.grant_of(spawner.orm_spawner.id)
     units = grant.units if grant is not None else ()
     user = spawner.user
-    limits = broker.site.limits.for_user({g.name for g in user.groups}, bool(user.admin))
+    limits = broker.limits_for(user)
     durations = dict(limits.durations)
     if spawner.idle_limit is not None:  # what the idle culler reads from the server's state
         durations["idle_timeout" if units else "cpu_idle_timeout"] = spawner.idle_limit
@@ -206,9 +206,7 @@ def _warning(current: Lease) -> dict[str, Any] | None:
 
 def _profile(spawner: Any, broker: Broker) -> dict[str, str] | None:
     try:
-        profile = choose_profile(
-            spawner.user_options, broker.site.profiles, spawner.images_offered()
-        )
+        profile = spawner.profile_chosen()
     except InvalidUserOptions:
         return None
     return {"slug": profile.slug, "display_name": profile.display_name}

@@ -158,7 +158,7 @@ class StopNoticesAPIHandler(APIHandler):
         if user is None:
             raise web.HTTPError(404, f"No such user: {user_name}")
         broker = Broker.current()
-        limits = broker.site.limits.for_user({g.name for g in user.groups}, bool(user.admin))
+        limits = broker.limits_for(user)
         cpu = notices.cpu_profile(broker.site.profiles, limits, user.id, broker.pool)
         servers_api = url_path_join(
             self.hub.base_url, "api/users", url_escape_path(user.name), "servers/"

@@ -125,7 +125,7 @@ class Reclaimer:
         return Verdict(grant.key, reason, idle=True, stops=False)
 
     def _verdict(self, user: Any, grant: Grant, now: float) -> Verdict | None:
-        limits = self.broker.site.limits.for_user({g.name for g in user.groups}, bool(user.admin))
+        limits = self.broker.limits_for(user)
         parked_since = self.parker.since(grant.key) if self.parker and grant.parked else None
         if parked_since is not None:
             return parked_too_long(grant, parked_since, limits.durations, now)

@@ -31,12 +31,13 @@ from traitlets import default
 
 from ..config.settings import GPUSettings
 from ..core.culling import notice
+from ..core.homes import AWAY, away_chosen
 from ..core.limits import Limited, UserLimits
 from ..core.pool import Grant, Holder
 from ..core.profiles import InvalidUserOptions, Profile, choose_profile
 from ..core.units import units_in_words
 from ..core.words import duration, from_group, your_server
-from . import access, budgets, line_status, notices, spawn_page, startup
+from . import access, budgets, homes, line_status, notices, spawn_page, startup
 from .broker import Broker, BrokerNotRunning
 from .jobs import launch
 from .jobs import words as job_words
@@ -126,8 +127,7 @@ class GPUServer(GPUSettings, EngineSpawner):
         start after start_timeout, and reads it before start() runs. An admin's own
         `apply_user_options` should call this too."""
         try:
-            offered = self.broker.site.profiles
-            profile = choose_profile(self.user_options, offered, self.images_offered())
+            profile = self.profile_chosen()
         except InvalidUserOptions:
             profile = None  # start() refuses it at once
         gpus = profile is not None and profile.request.kind is not None
@@ -155,8 +155,7 @@ class GPUServer(GPUSettings, EngineSpawner):
         return Holder(self.orm_spawner.id, self.user.id, self.user.name, self.name)
 
     def user_limits(self) -> UserLimits:
-        groups = {g.name for g in self.user.groups}
-        return self.broker.site.limits.for_user(groups, admin=bool(self.user.admin))
+        return self.broker.limits_for(self.user)
 
     # --- the form -------------------------------------------------------------
     def _render_form(self) -> str:
@@ -192,6 +191,8 @@ class GPUServer(GPUSettings, EngineSpawner):
             if job is not None:
                 self._release_when_gone(self.object_id)
             raise
+        if job is None:  # (a user may choose to start elsewhere if their home's node is full)
+            limits = homes.away_if_full(limits, profile, self.user_options, self.broker.pool)
         begun.grant = job.grant if job is not None else await self._take(profile, limits)
         self.stop_notice = None
         self.restart_on_cpu = False
@@ -210,7 +211,9 @@ class GPUServer(GPUSettings, EngineSpawner):
         return await self._start_container(begun)
 
     async def _may_start(self, profile: Profile, limits: UserLimits) -> None:
-        self._check_budget(profile, limits)
+        over_budget = budgets.start_refusal(self.broker, self.user, profile, limits)
+        if over_budget is not None:
+            raise refused_start(over_budget, "budget", 403)
         if not await self.broker.settled(self.orm_spawner.id):
             raise refused_start(
                 f"The container of {your_server(self.name)} has not been confirmed gone yet, so "
@@ -227,11 +230,17 @@ class GPUServer(GPUSettings, EngineSpawner):
             env.update(launch.runner_environment(begun.job.job))
         return env
 
+    def profile_chosen(self) -> Profile:
+        """The profile its user_options name; InvalidUserOptions where they are not valid."""
+        more = (AWAY,) if self.broker.homes.on_nodes else ()
+        return choose_profile(
+            self.user_options, self.broker.site.profiles, self.images_offered(), more
+        )
+
     def _chosen_profile(self, limits: UserLimits) -> Profile:
         try:
-            profile = choose_profile(
-                self.user_options, self.broker.site.profiles, self.images_offered()
-            )
+            profile = self.profile_chosen()
+            away_chosen(self.user_options)
         except InvalidUserOptions as invalid:
             raise refused_start(str(invalid), "invalid_options", 400) from None
         if not limits.may_pick(profile.slug):
@@ -243,17 +252,6 @@ class GPUServer(GPUSettings, EngineSpawner):
                 403,
             )
         return profile
-
-    def _check_budget(self, profile: Profile, limits: UserLimits) -> None:
-        """A GPU start with a used-up GPU-hour budget is refused before anything is reserved,
-        and without a place in the waiting line: waiting gives no budget back (use leaves the
-        window by the hour, not when a GPU frees up). CPU-only profiles are never refused."""
-        if profile.request.kind is None:
-            return
-        standing = budgets.standing_of(self.broker, self.user.db, self.user.id, limits)
-        refusal = standing.refusal(self.broker.clock())
-        if refusal is not None:
-            raise refused_start(str(refusal), "budget", 403)
 
     async def _take(self, profile: Profile, limits: UserLimits) -> Grant:
         """GPUs from the broker; a GPU start goes through the waiting line (`hub.line`)."""
@@ -290,7 +288,7 @@ class GPUServer(GPUSettings, EngineSpawner):
         async for status in line_status.watch(line, key, self.reserved):
             place = line.place_of(key) or 1
             first = first or place
-            message = " ".join([status, *self.broker.calendar.said_to(self.user.name, 0.0)])
+            message = " ".join([status, *self.broker.said_to(self.user.name)])
             yield {"progress": line_status.progress_in_line(first, place), "message": message}
         await self.reserved.wait()
         grant = self.current_start.grant if self.current_start is not None else None

@@ -33,14 +33,14 @@ def render(
     a turn on a GPU shared in turns lasts `turn_quantum` seconds."""
     pool, profiles = broker.pool, broker.site.profiles
     budget = budgets.standing_of(broker, user.db, user.id, limits)
-    available = form.availability(pool, limits.nodes.value)  # on the user's machines
+    available = form.availability(pool, limits.machines)  # on the user's machines
     return form.render(
         template_paths,
         free=sum(a.free for a in available),
         total=sum(a.total for a in available),
         model=pool.units[0].label if available else "",
         availability=available,
-        machines=form.by_machine(pool, limits.nodes.value),
+        machines=form.by_machine(pool, limits.machines),
         rows=form.profile_rows(
             profiles,
             limits,
@@ -55,6 +55,8 @@ def render(
         holdings=form.holdings(limits, user.id, pool),
         budget=budget.words(),
         calendar=broker.calendar.said_to(user.name, limits.duration("max_age").value),
+        home=broker.homes.said_to(user.name),
+        away_from=limits.home or "",
         images=images,
         notices=notices.rows(
             notices.stop_notices(

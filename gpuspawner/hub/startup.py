@@ -38,6 +38,7 @@ from ..core.words import gib, server_name
 from ..devices.swarm import SwarmSource
 from ..engine import processes
 from ..records.calendar import CalendarRecord
+from ..records.homes import HomeRecord
 from ..records.jobs import JobRecord
 from ..records.ledger import Ledger
 from . import access, budgets, calendar_api, lease_api, metrics, notices, pages, slow_starts
@@ -149,6 +150,7 @@ async def start_broker(app: Any, spawner_class: Any = None) -> Broker:
         reserve_after=spawner.line_reserve_after,
         half_life=spawner.usage_half_life_days * 24 * 3600,
         calendar=CalendarRecord(spawner.usage_ledger_file),
+        homes=HomeRecord(spawner.usage_ledger_file) if spawner.homes_on_nodes else None,
         groups_of=functools.partial(_groups_of, app),
     )
     _end_previous_line(app, broker)
@@ -334,7 +336,7 @@ def _limits_of(app: Any, broker: Broker, user_id: int) -> UserLimits | None:
         user = app.users[user_id]
     except KeyError:
         return None
-    return broker.site.limits.for_user({g.name for g in user.groups}, bool(user.admin))
+    return broker.limits_for(user)
 
 
 def _groups_of(app: Any, user: str) -> frozenset[str]:

@@ -88,6 +88,12 @@ class GPUSpawner(GPUServer, DockersWord, DockerSpawner):
         allowed = self._get_allowed_images()
         return [ANY_IMAGE] if allowed == ANY_IMAGE else list(allowed or ())
 
+    @property
+    def homes_on_nodes(self) -> bool:
+        """Whether each machine keeps its own copy of a user's home (a swarm's nodes may):
+        never on one host, whose homes serve all its servers."""
+        return False
+
     def home(self) -> str | None:
         """Where the user's home is mounted, if a volume keeps one."""
         homes = storage.homes(self._mounts())

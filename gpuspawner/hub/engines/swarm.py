@@ -29,14 +29,17 @@ from dockerspawner import SwarmSpawner
 from traitlets import Bool, Float, Integer, Unicode, default
 
 from ...core.errors import GPUConfigError
+from ...core.homes import away_chosen, said_of
 from ...core.pool import Grant
 from ...devices.source import GPUSource
 from ...devices.swarm import TOKEN_VARIABLE, AgentAccess, SwarmSource
+from ...engine import storage
 from ...engine.base import Engine
 from ...engine.docker import LABEL_JOB
 from ...engine.swarm import HOLDING, SwarmEngine, SwarmNode, isolate_service, read_node
 from ...engine.swarmspec import job_service
 from ..jobs.launch import Launch
+from ..refusals import failed_start
 from .docker import GPUSpawner
 
 
@@ -105,10 +108,18 @@ class SwarmGPUSpawner(GPUSpawner, SwarmSpawner):
             raise TypeError(f"SwarmGPUSpawner needs a SwarmEngine, not {type(engine).__name__}")
         return SwarmSource(engine.nodes, AgentAccess(self.agent_port, self.agent_token))
 
+    @property
+    def homes_on_nodes(self) -> bool:
+        """Whether users' homes are named volumes that each node makes for itself (no
+        `volume_driver` reaching shared storage): then a user's servers go where their
+        home is (`hub.homes`). A home bound from a path every node mounts moves freely."""
+        return not self.volume_driver and bool(storage.node_homes(self.volumes))
+
     # --- the service ---------------------------------------------------------------
     def isolate(self, create_kwargs: dict[str, Any], grant: Grant) -> dict[str, Any]:
-        """The service on its GPUs' node, with exactly them, reached at a host-mode port."""
-        node = self._node(grant.units[0].node) if grant.units else None
+        """The service on its GPUs' node, with exactly them, reached at a host-mode port; a
+        CPU-only server on its user's home node, where homes are each node's own."""
+        node = self._node(grant.units[0].node) if grant.units else self._home_node()
         isolated = isolate_service(
             create_kwargs, grant, self.prefix, node.id if node else None, self.device_mounts
         )
@@ -121,6 +132,22 @@ class SwarmGPUSpawner(GPUSpawner, SwarmSpawner):
     def for_job(self, create_kwargs: dict[str, Any], launch: Launch) -> dict[str, Any]:
         """A job's service: its task gets the job's grace between SIGTERM and SIGKILL."""
         return job_service(create_kwargs, launch.grace, {LABEL_JOB: str(launch.job.id)})
+
+    def _home_node(self) -> SwarmNode | None:
+        home = self.broker.homes.of(self.user.name)
+        if home is None:
+            return None  # its first server: Swarm places it, and its home is made there
+        node = self._node(home.node)
+        if not node.ready and away_chosen(self.user_options):
+            return None  # as its user chose: anywhere, with that node's copy of the home
+        if not node.ready:
+            raise failed_start(
+                f"{said_of(home)} {node.hostname} is {node.state} now: start again once it is "
+                "back, or ask an admin to move your home.",
+                "node",
+                503,
+            )
+        return node
 
     def _node(self, hostname: str) -> SwarmNode:
         for node in SwarmEngine(self.client).nodes():
@@ -161,6 +188,7 @@ class SwarmGPUSpawner(GPUSpawner, SwarmSpawner):
             state = status["State"].lower()
             if state == "running":
                 self._down_since = None
+                await self._settle_home(task["NodeID"])
                 return
             if state not in HOLDING:
                 raise RuntimeError(
@@ -168,6 +196,18 @@ class SwarmGPUSpawner(GPUSpawner, SwarmSpawner):
                     f"{status.get('Err') or status.get('Message') or pformat(status)}"
                 )
             await asyncio.sleep(0.5)  # Swarm gives no event for a task's state
+
+    async def _settle_home(self, node_id: str) -> None:
+        """Where homes are each node's own, the node Swarm ran this server on holds its
+        user's home (made there by its first server)."""
+        if not self.broker.homes.on_nodes:
+            return
+        homes = [m for m in storage.homes(self._mounts()) if not m.on_host]
+        node = read_node(await self.docker("inspect_node", node_id))
+        if homes:
+            self.broker.homes.settled(
+                self.user.name, homes[0].source, node.hostname, self.broker.clock()
+            )
 
     async def get_ip_and_port(self) -> tuple[str, int]:
         """Inside the overlay network, the service's name; else the host-mode port its task

@@ -104,9 +104,7 @@ class ProfilesHandler(JobsHandler):
     def get(self, user_name: str) -> None:
         access.require_jobs(self, user_name, read=True)
         user = self._owner(user_name)
-        limits = Broker.current().site.limits.for_user(
-            {g.name for g in user.groups}, bool(user.admin)
-        )
+        limits = Broker.current().limits_for(user)
         offered = [
             {"slug": p.slug, "display_name": p.display_name, "description": p.description}
             for p in Broker.current().site.profiles

@@ -1,0 +1,77 @@
+"""The homes part of the broker: on a swarm whose homes are each node's own, a user's
+servers go to the node that holds their home.
+
+The engine adapter says where a server's task ran (`settled`): a user's first server
+makes their home there, and later ones mark it used. Every start, wait and judgment of
+one reads the user's limits through `narrow`, so the form, the line, jobs and placement
+all keep them on that node; a full node makes the start wait in line, a node that is down
+makes it wait or be refused, and `said_to` tells them why. Without a record (one host,
+or homes on shared storage) nothing is narrowed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from ..core.homes import Home, away_chosen, said_of
+from ..core.limits import UserLimits
+from ..core.pool_view import PoolView
+from ..core.profiles import Profile
+from ..records.homes import HomeRecord
+
+
+class Homes:
+    def __init__(self, record: HomeRecord | None = None) -> None:
+        self.record = record
+        self._homes: dict[str, Home] = record.all() if record is not None else {}
+
+    @property
+    def on_nodes(self) -> bool:
+        """Whether homes are each node's own here (and servers follow them)."""
+        return self.record is not None
+
+    def of(self, user: str) -> Home | None:
+        return self._homes.get(user)
+
+    def all(self) -> list[Home]:
+        return sorted(self._homes.values(), key=lambda home: home.user)
+
+    def settled(self, user: str, volume: str, node: str, now: float) -> Home | None:
+        """A server of `user` runs on `node` with home `volume`: their home is there if they
+        had none yet; a server elsewhere (an admin's own choice) leaves it where it is."""
+        if self.record is None:
+            return None
+        home = self._homes.get(user)
+        if home is None:
+            home = Home(user, volume, node, now, now)
+        elif home.node == node:
+            home = home.used(now)
+        else:
+            return home
+        self.record.save(home)
+        self._homes[user] = home
+        return home
+
+    def narrow(self, user: str, limits: UserLimits) -> UserLimits:
+        """`limits` with their servers kept on their home's node (where their groups allow
+        that node; where they do not, the home is out of their reach anyway)."""
+        home = self._homes.get(user)
+        return limits if home is None else limits.at_home(home.node)
+
+    def said_to(self, user: str) -> list[str]:
+        home = self._homes.get(user)
+        return [said_of(home)] if home is not None else []
+
+
+def away_if_full(
+    limits: UserLimits, profile: Profile, user_options: Any, pool: PoolView
+) -> UserLimits:
+    """`limits` without the home's machine where its user chose to start elsewhere should
+    that machine have no room for `profile` now (the form's checkbox): they get that
+    machine's own copy of their home, and their home stays where it is."""
+    if limits.home is None or not away_chosen(user_options):
+        return limits
+    return (
+        limits if pool.refusal(limits.request_for(profile)) is None else replace(limits, home=None)
+    )
