@@ -84,6 +84,28 @@ def create_enabled(driver):
     return create if create is not None and create.is_enabled() else None
 
 
+def dialog_for(notebook: str):
+    """A wait's condition: the Create Job dialog, opened from the notebook's toolbar, for
+    `notebook`. Under CI's load the button could be pressed before JupyterLab tracked the
+    notebook as current, and the dialog opened for no file ("Input path '' does not
+    exist"): such a dialog is cancelled and the button pressed again."""
+
+    def condition(driver) -> bool:
+        inputs = driver.find_elements(By.CSS_SELECTOR, 'input[name="inputFile"]')
+        if any(i.get_attribute("value") == notebook for i in inputs):
+            return True
+        cancel = [b for b in driver.find_elements(By.CSS_SELECTOR, "button") if b.text == "Cancel"]
+        if cancel and "Input path '' does not exist" in driver.page_source:
+            cancel[0].click()
+            return False
+        buttons = driver.find_elements(By.CSS_SELECTOR, CREATE_JOB)
+        if buttons and not cancel:
+            buttons[0].click()
+        return False
+
+    return condition
+
+
 def named(name: str):
     """A wait's condition: the dialog's job name field says `name`, typed again for as long
     as it does not (the dialog fills in its default name as it loads, over what was typed:
@@ -125,7 +147,7 @@ def test_a_job_created_in_jupyterlab_runs_on_the_hub_and_shows_completed(hub: Hu
     log_in(browser, hub.url, "bob", PASSWORD)
     browser.get(f"{hub.url}/user/bob/lab/tree/train.ipynb")
     wait = WebDriverWait(browser, 120, poll_frequency=0.5, ignored_exceptions=STALE)
-    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, CREATE_JOB))[0].click()
+    wait.until(dialog_for("train.ipynb"))
     # the environment: the GPU profile gpu-2 ("2 GPUs"), of the two the dialog offers
     wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, ENVIRONMENT))[0].click()
     wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, '[data-value="gpu-2"]'))[0].click()
