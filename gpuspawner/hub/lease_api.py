@@ -27,8 +27,9 @@ from jupyterhub.scopes import has_scope
 from jupyterhub.utils import url_path_join
 from tornado import web
 
+from ..core.homes import AWAY
 from ..core.lease import Lease, lease
-from ..core.profiles import InvalidUserOptions
+from ..core.profiles import InvalidUserOptions, choose_profile
 from ..core.words import duration, iso_utc
 from .broker import Broker
 
@@ -206,7 +207,9 @@ def _warning(current: Lease) -> dict[str, Any] | None:
 
 def _profile(spawner: Any, broker: Broker) -> dict[str, str] | None:
     try:
-        profile = spawner.profile_chosen()
+        profile = choose_profile(  # (options its start accepted: a swarm's choice too)
+            spawner.user_options, broker.site.profiles, spawner.images_offered(), (AWAY,)
+        )
     except InvalidUserOptions:
         return None
     return {"slug": profile.slug, "display_name": profile.display_name}
