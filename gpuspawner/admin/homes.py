@@ -1,4 +1,5 @@
-"""`gpuspawner homes`: every user's home, its size, who uses it, and whether its user exists.
+"""`gpuspawner homes`: every user's home, its size, who uses it, and whether its user exists;
+on a swarm whose homes are each node's own, the node that holds it and when it was last used.
 
 Homes are what users keep; the admin tools list them and never delete one
 unasked (`gpuspawner cleanup --delete-home NAME` is the only way, for a home
@@ -24,8 +25,10 @@ from typing import Any
 import docker
 from docker.errors import DockerException
 
+from ..core.words import iso_utc
 from ..engine.docker import LABEL_HUB
 from ..engine.storage import LABEL_HOME
+from ..records.homes import HomeRecord
 from . import hubconfig, hubusers
 
 # A home in host folders: a rw `volumes` entry whose source is "<folder>/{username}".
@@ -41,6 +44,8 @@ class Home:
     size: int | None  # bytes; None where unknown
     used_by: tuple[str, ...] = ()  # containers that mount it, running or not
     user_exists: bool | None = None  # None: the hub's users could not be read
+    node: str = ""  # on a swarm whose homes are each node's own: the node that holds it
+    last_used: float | None = None  # when a server of its user last ran there (swarm)
 
 
 @dataclass
@@ -77,7 +82,33 @@ def take_census(client: Any, config_path: Path | None, db_url: str, prefix: str 
     found = volume_homes(client, users, mounted, prefix)
     if site is not None:
         found += folder_homes(site.spawner.volumes, site.spawner.escape, users, mounted)
+        if site.spawner.homes_on_nodes:
+            found += node_homes(Path(site.spawner.usage_ledger_file), users)
     return Census(found, why)
+
+
+def node_homes(ledger: Path, users: set[str] | None) -> list[Home]:
+    """On a swarm whose homes are each node's own: each user's home and its node, as the
+    hub wrote them down (`records.homes`); none before the hub's first start."""
+    if not ledger.is_file():
+        return []
+    record = HomeRecord(ledger)
+    try:
+        kept = record.all()
+    finally:
+        record.close()
+    return [
+        Home(
+            home.volume,
+            home.user,
+            on_host=False,
+            size=None,  # on its node's engine, which the manager does not ask
+            user_exists=None if users is None else home.user in users,
+            node=home.node,
+            last_used=home.last_used,
+        )
+        for home in sorted(kept.values(), key=lambda h: h.user)
+    ]
 
 
 def _site(config_path: Path | None) -> hubconfig.HubConfig | None:
@@ -183,22 +214,27 @@ def render(census: Census) -> str:
     if not census.homes:
         lines = ["No homes yet: the hub makes each user's home at their first start."]
         return "\n".join(lines + _unknown(census))
-    rows = [HEADERS] + [
+    on_nodes = any(home.node for home in census.homes)
+    rows = [HEADERS + (("NODE", "LAST USED") if on_nodes else ())] + [
         (
             home.name,
             home.user + (" (not in the hub)" if home.user_exists is False else ""),
             size_in_words(home.size),
             ", ".join(home.used_by) or "–",
+            *((home.node or "–", iso_utc(home.last_used) or "–") if on_nodes else ()),
         )
         for home in census.homes
     ]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(HEADERS))]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = [
         "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
         for row in rows
     ]
-    total = sum(h.size or 0 for h in census.homes)
-    lines += ["", f"{len(census.homes)} home(s), {size_in_words(total)}."]
+    sizes = [h.size for h in census.homes if h.size is not None]
+    total = f", {size_in_words(sum(sizes))}" if sizes else ""
+    unsized = len(census.homes) - len(sizes)
+    total += f" ({unsized} of unknown size)" if sizes and unsized else ""
+    lines += ["", f"{len(census.homes)} home(s){total}."]
     orphans = census.orphans()
     if orphans:
         lines.append(
@@ -227,6 +263,11 @@ def deletable(census: Census, names: Iterable[str]) -> list[str]:
             problems.append(f"{name}: cannot confirm that {home.user} is gone from the hub")
         elif home.user_exists:
             problems.append(f"{name}: {home.user} is still a user of the hub")
+        elif home.node:
+            problems.append(
+                f"{name}: it is on node {home.node}; archive it, then remove it there "
+                "(docker volume rm on that node)"
+            )
         elif home.on_host:
             problems.append(
                 f"{name}: gpuspawner does not delete folders; archive it, then remove it yourself"

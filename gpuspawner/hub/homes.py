@@ -18,6 +18,7 @@ from ..core.homes import Home, away_chosen, said_of
 from ..core.limits import UserLimits
 from ..core.pool_view import PoolView
 from ..core.profiles import Profile
+from ..core.words import iso_utc
 from ..records.homes import HomeRecord
 
 
@@ -75,3 +76,17 @@ def away_if_full(
     return (
         limits if pool.refusal(limits.request_for(profile)) is None else replace(limits, home=None)
     )
+
+
+def homes_json(homes: Homes) -> list[dict[str, Any]]:
+    """Each user's home and its node, for the GPUs page and `GET /hub/api/gpus`."""
+    return [
+        {
+            "user": home.user,
+            "volume": home.volume,
+            "node": home.node,
+            "made": iso_utc(home.made),
+            "last_used": iso_utc(home.last_used),
+        }
+        for home in homes.all()
+    ]

@@ -24,6 +24,7 @@ from ..core.words import server_name as named
 from . import access, notices
 from .broker import Broker
 from .calendar_api import drain_choices, window_json
+from .homes import homes_json
 from .jobs.board import JobBoard
 from .jobs.view import job_view
 from .report import HolderNow, as_labelled, pool_report, usage_report
@@ -44,6 +45,7 @@ class PoolReport:
             "jobs": [],
             "calendar": [window_json(w, broker.clock()) for w in broker.calendar.windows()],
             "calendar_choices": drain_choices(broker.site.gpus),
+            "homes": homes_json(broker.homes) if broker.homes.on_nodes else None,
         }
         if isinstance(jobs, JobBoard):
             ended = jobs.ended_since(broker.clock() - ENDED_JOBS_SHOWN)

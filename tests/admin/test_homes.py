@@ -11,9 +11,11 @@ from jupyterhub import orm
 from realhub import CPU_IMAGE
 
 from gpuspawner.admin import hubusers
-from gpuspawner.admin.homes import Census, Home, deletable, folder_homes, render
+from gpuspawner.admin.homes import Census, Home, deletable, folder_homes, node_homes, render
+from gpuspawner.core.homes import Home as RecordedHome
 from gpuspawner.engine.docker import LABEL_HUB
 from gpuspawner.engine.storage import LABEL_HOME
+from gpuspawner.records.homes import HomeRecord
 
 
 def hub_database(folder, *names: str) -> str:
@@ -158,3 +160,24 @@ def test_without_the_hubs_database_no_home_is_called_orphaned(tmp_path, prefix):
     assert f"{carol}: cannot confirm that carol is gone from the hub" in done.stderr
     assert carol in {v.name for v in docker.from_env().volumes.list()}
     assert os.listdir(tmp_path) == []  # no database was made where there was none
+
+
+def test_on_a_swarm_each_home_is_listed_with_its_node_and_is_deleted_only_there(tmp_path):
+    """The hub's record of where each home is (a swarm without shared storage)."""
+    ledger = tmp_path / "usage.sqlite"
+    record = HomeRecord(ledger)
+    record.save(RecordedHome("ann", "gpuspawner-home-ann", "n2", 1_796_000_000.0, 1_796_500_000.0))
+    record.save(RecordedHome("bo", "gpuspawner-home-bo", "n3", 1_796_000_000.0, 1_796_000_000.0))
+    record.close()
+    census = Census(node_homes(ledger, {"ann"}))
+    shown = render(census)
+    assert "NODE" in shown.splitlines()[0] and "LAST USED" in shown.splitlines()[0]
+    assert re.search(r"\ngpuspawner-home-ann +ann +\? +– +n2 +2026-12-05T19:46:40Z\n", shown)
+    assert "\n2 home(s).\n" in shown  # their sizes are their nodes' to tell
+    assert re.search(r"\ngpuspawner-home-bo +bo \(not in the hub\) +\? +– +n3 ", shown)
+    assert deletable(census, ["gpuspawner-home-bo"]) == [
+        "gpuspawner-home-bo: it is on node n3; archive it, then remove it there "
+        "(docker volume rm on that node)"
+    ]
+    assert node_homes(tmp_path / "none.sqlite", None) == []  # before the hub's first start
+    assert not (tmp_path / "none.sqlite").exists()
