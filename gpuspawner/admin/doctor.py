@@ -26,12 +26,14 @@ from ..core.errors import GPUConfigError
 from ..devices.simulated import SimulatedSource
 from ..devices.source import GPUSource
 from ..devices.swarm import SwarmSource
+from ..engine import shared_homes
 from ..engine.docker import bridge_gateway
 from ..engine.swarm import SwarmNode
 from . import dockerchecks, hubconfig, swarmchecks, toolkit
 from .checks import (
     Finding,
     Status,
+    failed,
     judge_config,
     judge_container_settings,
     judge_gpu_settings,
@@ -151,7 +153,42 @@ def _swarm(spawner: Any) -> tuple[list[SwarmNode] | None, list[Finding]]:
         return nodes, findings
     if isinstance(source, SwarmSource) and source.agents.port:
         findings += [_agent_finding(source, n) for n in nodes if n.ready and n.gpus]
+    if getattr(spawner, "shared_homes", ""):
+        findings += _shared_homes_findings(spawner, engine, nodes)
     return nodes, findings
+
+
+def _shared_homes_findings(spawner: Any, engine: Any, nodes: list[SwarmNode]) -> list[Finding]:
+    """A line per ready node: whether it mounts the hub's shared storage for homes, asked by
+    a task on it (all nodes at once)."""
+    path = spawner.shared_homes
+    try:
+        token = shared_homes.ready(path, spawner.notebook_uid, spawner.notebook_gid)
+    except GPUConfigError as error:
+        return [failed("Shared homes", str(error), "mount the shared storage on this host too")]
+    ready = [n for n in nodes if n.ready]
+    probe = partial(
+        shared_homes.probe_node,
+        engine.client,
+        image=spawner.image,
+        path=path,
+        token=token,
+        uid=spawner.notebook_uid,
+    )
+    with ThreadPoolExecutor() as pool:
+        answers = list(pool.map(lambda n: _answer(probe, n.id), ready))
+    return [
+        swarmchecks.judge_shared_homes(n, path, spawner.notebook_uid, answer)
+        for n, answer in zip(ready, answers, strict=True)
+    ]
+
+
+def _answer(probe: Any, node_id: str) -> int | str:
+    try:
+        answer: int | str = probe(node_id)
+        return answer
+    except (DockerException, RequestException) as error:
+        return str(error)
 
 
 def _agent_finding(source: SwarmSource, node: SwarmNode) -> Finding:

@@ -16,6 +16,7 @@ import re
 from collections.abc import Sequence
 
 from ..devices.swarm import AgentAnswer
+from ..engine.shared_homes import NOT_SHARED, NOT_WRITABLE
 from ..engine.swarm import SwarmNode
 from .checks import Finding, Status, failed, passed, warning
 
@@ -160,6 +161,30 @@ def judge_agent(node: SwarmNode, answer: AgentAnswer | None, error: str = "") ->
             f"{node.hostname}",
         )
     return passed(subject, f"{said}, all healthy")
+
+
+def judge_shared_homes(node: SwarmNode, path: str, uid: int, answer: int | str) -> Finding:
+    """Whether the node mounts the hub's shared storage for homes (`shared_homes.probe_node`
+    found the hub's marker there, and wrote as the notebook user)."""
+    subject = f"Shared homes on {node.hostname}"
+    if answer == 0:
+        return passed(subject, f"{path} is the hub's shared storage, writable by uid {uid}")
+    fix = (
+        f"mount the shared storage at {path} on {node.hostname} (as on the hub's host), so "
+        "that it holds the hub's marker file (.gpuspawner-shared-homes); until then servers "
+        "there would find an empty home"
+    )
+    if answer == NOT_SHARED:
+        why = f"{path} there is not the hub's shared storage (the hub's marker is missing)"
+    elif answer == NOT_WRITABLE:
+        why = f"uid {uid} (the notebook user) cannot write in its own folder of {path} there"
+        fix = (
+            f"let uid {uid} keep its uid on {node.hostname}'s mount of {path} (NFSv4 id "
+            "mapping, or an export that squashes all users, turns it into nobody)"
+        )
+    else:
+        why = f"a task there could not look at {path}: {answer}"
+    return failed(subject, why, fix)
 
 
 def judge_swarm_unreachable(error: str) -> Finding:

@@ -132,6 +132,7 @@ async def start_broker(app: Any, spawner_class: Any = None) -> Broker:
         spawner = spawner_class.from_config(app.config)
         check_container_settings(spawner, spawner.group_overrides)
         check_overrides(lambda: spawner_class.from_config(app.config), spawner.group_overrides)
+        spawner.check_storage()
         engine = spawner.make_engine()
         site = GPUSite.from_config(spawner, spawner.make_gpu_source(engine))
         ledger = _open_ledger(spawner.usage_ledger_file)

@@ -21,10 +21,14 @@ from test_machines import (
     spawner_of,
 )
 from test_machines import db as db
+from traitlets.config import Config
 
 from gpuspawner.config.settings import GPUSettings
+from gpuspawner.core.errors import GPUConfigError
 from gpuspawner.core.homes import Home
+from gpuspawner.engine.shared_homes import MARKER
 from gpuspawner.hub import homes
+from gpuspawner.hub.engines.swarm import SwarmGPUSpawner
 from gpuspawner.records.homes import HomeRecord
 
 
@@ -166,3 +170,26 @@ async def test_a_bad_choice_is_refused_and_one_host_knows_no_such_option(broker,
     ann.user_options = {"profile": "gpu-1", "away_from_home": True}
     with pytest.raises(SpawnException, match="Unknown option"):
         ann._chosen_profile(ann.user_limits())
+
+
+# --- homes on shared storage instead ---------------------------------------------------------
+
+
+def test_with_shared_storage_homes_are_its_folders_and_no_node_holds_one():
+    config = Config()
+    config.SwarmGPUSpawner.shared_homes = "/mnt/homes/"
+    shared = SwarmGPUSpawner.from_config(config)
+    assert shared.volumes == {"/mnt/homes/{username}": "/home/jovyan"}
+    assert not shared.homes_on_nodes  # placement is free
+    assert SwarmGPUSpawner.from_config(Config()).homes_on_nodes  # each node's named volumes
+
+
+def test_shared_storage_beside_named_homes_in_volumes_is_refused(tmp_path):
+    config = Config()
+    config.SwarmGPUSpawner.shared_homes = str(tmp_path)
+    config.DockerSpawner.volumes = {"home-{username}": "/home/jovyan"}
+    with pytest.raises(
+        GPUConfigError, match=r"keeps homes in named volumes .*\(home-\{username\}\)"
+    ):
+        SwarmGPUSpawner.from_config(config).check_storage()
+    assert not (tmp_path / MARKER).exists()  # refused before anything was written

@@ -107,12 +107,19 @@ class GPUSpawner(GPUServer, DockersWord, DockerSpawner):
         """Where the GPUs are listed: None for the config's (NVML, or simulated GPUs)."""
         return None
 
+    def check_storage(self) -> None:
+        """At hub start: nothing to check on one host (each start makes its storage ready)."""
+
     async def prepare_storage(self) -> None:
         """Homes and shared folders ready before Docker sees them, in a worker thread."""
+        await self.prepare_mounts(self._mounts())
+
+    async def prepare_mounts(self, mounts: list[storage.Mount]) -> None:
+        """`mounts` made ready (`engine.storage.prepare`); a problem fails the start."""
         owner = storage.Owner(
             self.user.name, self.user.id, self.prefix, self.notebook_uid, self.notebook_gid
         )
-        work = self.executor.submit(storage.prepare, self.client, self._mounts(), owner)
+        work = self.executor.submit(storage.prepare, self.client, mounts, owner)
         try:
             await asyncio.wrap_future(work)
         except storage.StorageProblem as problem:

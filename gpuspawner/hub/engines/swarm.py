@@ -33,7 +33,7 @@ from ...core.homes import away_chosen, said_of
 from ...core.pool import Grant
 from ...devices.source import GPUSource
 from ...devices.swarm import TOKEN_VARIABLE, AgentAccess, SwarmSource
-from ...engine import storage
+from ...engine import shared_homes, storage
 from ...engine.base import Engine
 from ...engine.docker import LABEL_JOB
 from ...engine.swarm import HOLDING, SwarmEngine, SwarmNode, isolate_service, read_node
@@ -85,6 +85,45 @@ class SwarmGPUSpawner(GPUSpawner, SwarmSpawner):
         help="""The token the nodes' agents want (their GPUSPAWNER_AGENT_TOKEN); by default
         this hub's GPUSPAWNER_AGENT_TOKEN environment variable.""",
     )
+
+    shared_homes = Unicode(
+        "",
+        config=True,
+        help="""A folder on shared storage that every node, and the hub's host, mounts at
+        this same path (NFS, CephFS, …): users' homes are kept there, one folder per user,
+        so their files are on whichever node runs their server. "" (the default): homes
+        are named volumes that each node keeps for itself, and a user's servers go to the
+        node that holds theirs.
+
+        The hub makes each user's folder, owned by the notebook user, and writes a marker
+        at the top that `gpuspawner doctor` looks for on every node. A path the hub's host
+        cannot write stops the hub. Example: `c.SwarmGPUSpawner.shared_homes =
+        "/mnt/homes"`.""",
+    )
+
+    @default("volumes")
+    def _default_volumes(self) -> dict[str, Any]:
+        """The shared storage's folder per user, where there is one; else, as on one host,
+        a named volume per user."""
+        if self.shared_homes:
+            home = f"{self.shared_homes.rstrip('/')}/{{username}}"
+            return {home: storage.DEFAULT_HOME_DIR}
+        return super()._default_volumes()
+
+    def check_storage(self) -> None:
+        """At hub start: the shared storage is there and the hub can write in it (its marker
+        written), and `volumes` keeps no home elsewhere; GPUConfigError where not."""
+        if not self.shared_homes:
+            return
+        elsewhere = [m.source for m in storage.node_homes(self.volumes)]
+        if elsewhere:
+            raise GPUConfigError(
+                f"{shared_homes.SETTING} is set, but c.DockerSpawner.volumes keeps homes in "
+                f"named volumes each node makes for itself ({', '.join(elsewhere)}): remove "
+                "them from volumes (shared_homes alone keeps each user's home at "
+                f"{self.shared_homes.rstrip('/')}/{{username}}), or unset shared_homes"
+            )
+        shared_homes.ready(self.shared_homes, self.notebook_uid, self.notebook_gid)
 
     @default("agent_token")
     def _default_agent_token(self) -> str:
@@ -173,8 +212,12 @@ class SwarmGPUSpawner(GPUSpawner, SwarmSpawner):
         ]
 
     async def prepare_storage(self) -> None:
-        """Nothing to make ready from the hub: Swarm makes a named volume on the node that
-        runs the task, the image's files copied in as Docker does on one host."""
+        """On shared storage, the user's folder made from the hub's host (a bind whose source
+        is missing fails the task on its node). A named volume is Swarm's to make, on the
+        node that runs the task, the image's files copied in as Docker does on one host."""
+        if self.shared_homes:
+            shared = self.shared_homes.rstrip("/") + "/"
+            await self.prepare_mounts([m for m in self._mounts() if m.source.startswith(shared)])
 
     # --- while it starts and runs ----------------------------------------------------
     async def start_object(self) -> None:

@@ -1,0 +1,106 @@
+"""Homes on shared storage that every node of a swarm mounts at the same path
+(`c.SwarmGPUSpawner.shared_homes`): a user's files are then on whichever node runs their
+server, and placement is free.
+
+The hub's host mounts the storage too: the hub makes each user's folder there, owned by the
+notebook user, before their first server (as on one host), because a bind whose source is
+missing fails the task on its node. At start the hub writes a marker with a token of its own
+at the top of the storage; a node that sees the same token there mounts the same storage,
+and one that sees an empty folder (its mount lost, or never made) does not, though the
+folder exists and is writable. `gpuspawner doctor` asks each node so (`probe_node`).
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from pathlib import Path
+from typing import Any
+
+from docker.types import ContainerSpec, Mount, Placement, RestartPolicy, TaskTemplate
+
+from ..core.errors import GPUConfigError
+from .escapes import clean_path, exposing_host
+from .storage import StorageProblem, make_folder
+
+MARKER = ".gpuspawner-shared-homes"
+PROBES = ".gpuspawner-probes"  # owned by the notebook user: where a node's probe writes
+SETTING = "c.SwarmGPUSpawner.shared_homes"
+PROBE_TARGET = "/shared-homes"
+# A probe's exit status → what is wrong on its node.
+NOT_SHARED, NOT_WRITABLE = 3, 4
+FINISHED = {"complete", "failed", "rejected", "shutdown", "orphaned"}
+
+
+def ready(path: str, uid: int, gid: int) -> str:
+    """The storage's token, its marker written at the first start, and a folder the notebook
+    user (`uid`, `gid`) owns for the doctor's probes; GPUConfigError (which stops the hub
+    with one line) where the path cannot hold homes."""
+    if not path.startswith("/") or clean_path(path) != path.rstrip("/") or exposing_host([path]):
+        raise GPUConfigError(
+            f"{SETTING} = {path!r}: give the plain absolute path where every node (and the "
+            "hub's host) mounts the shared storage, such as '/mnt/homes'"
+        )
+    if not Path(path).is_dir():
+        raise GPUConfigError(
+            f"{SETTING}: {path} is not a folder on the hub's host. Mount the shared storage "
+            "there too, at the same path as on every node: the hub makes each user's folder in it"
+        )
+    marker = Path(path, MARKER)
+    try:
+        if not marker.is_file():
+            marker.write_text(secrets.token_hex(16) + "\n")
+        make_folder(str(Path(path, PROBES)), uid, gid)
+        return marker.read_text().strip()
+    except StorageProblem as problem:
+        raise GPUConfigError(f"{SETTING}: {problem}") from None
+    except OSError as error:
+        raise GPUConfigError(
+            f"{SETTING}: the hub cannot write in {path} ({error.strerror}). It makes each "
+            "user's folder there: run it as root, or give it the folder"
+        ) from None
+
+
+def probe_node(
+    client: Any, node_id: str, image: str, path: str, token: str, uid: int, timeout: float = 60
+) -> int | str:
+    """Run a task on the node, as the notebook user (`uid`), that reads the marker and
+    writes a file in the folder of `path` that user owns (as in their home): its exit
+    status (0, NOT_SHARED or NOT_WRITABLE), or why none came. `client`: a docker APIClient
+    of the swarm's manager. The task's service is removed."""
+    check = (
+        f'test "$(cat {PROBE_TARGET}/{MARKER} 2>/dev/null)" = "{token}" || exit {NOT_SHARED}; '
+        f'f={PROBE_TARGET}/{PROBES}/$(hostname)-$$; touch "$f" 2>/dev/null || exit {NOT_WRITABLE}; '
+        'rm -f "$f"'
+    )
+    spec = ContainerSpec(
+        image,
+        ["sh", "-c", check],
+        user=str(uid),
+        mounts=[Mount(PROBE_TARGET, path, type="bind")],
+    )
+    service = client.create_service(
+        TaskTemplate(
+            spec,
+            restart_policy=RestartPolicy("none"),
+            placement=Placement(constraints=[f"node.id=={node_id}"]),
+        ),
+        name=f"gpuspawner-probe-{secrets.token_hex(4)}",
+        labels={"gpuspawner.probe": "shared-homes"},
+    )
+    try:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for task in client.tasks(filters={"service": service["ID"]}):
+                status, state = task["Status"], task["Status"]["State"]
+                code = (status.get("ContainerStatus") or {}).get("ExitCode")
+                if state == "complete":
+                    return 0
+                if state == "failed" and isinstance(code, int) and code:
+                    return code
+                if state in FINISHED:  # it never ran: a missing bind source is "rejected"
+                    return str(status.get("Err") or state)
+            time.sleep(0.5)  # Swarm gives no event for a task's state
+        return f"no answer within {timeout:.0f} s"
+    finally:
+        client.remove_service(service["ID"])
