@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import json
 import os
 import re
 import secrets
@@ -360,6 +361,16 @@ class Hub:
                 raise AssertionError(f"{user}/{server} is not starting:\n{self.log()[-4000:]}")
             time.sleep(0.3)
         raise TimeoutError(f"{user}/{server} not ready in {timeout}s")
+
+    def message_in_line(self, user: str, server: str = "") -> str:
+        """The first message of a waiting start's pending page (its progress stream)."""
+        path = f"/users/{user}/servers/{server}/progress"
+        with self.api("GET", path, stream=True) as stream:
+            for raw in stream.iter_lines():
+                said = json.loads(raw[5:])["message"] if raw.startswith(b"data:") else ""
+                if "in line" in said:
+                    return said
+        raise AssertionError(f"{user}/{server}'s start never waited in line")
 
     def server_model(self, user: str, server: str = "") -> dict | None:
         response = self.api("GET", f"/users/{user}")

@@ -2,7 +2,6 @@
 keeps every start off them until undrained; a booking serves only its holders in its
 window, and holds through a hub kill -9."""
 
-import json
 import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
@@ -148,20 +147,11 @@ def test_an_admin_drains_a_gpu_from_the_gpus_page_and_ends_the_drain_there(hub, 
         hub.stop_server(user)
 
 
-def first_progress(hub: Hub, user: str) -> str:
-    """The first message of a waiting start's pending page."""
-    with hub.api("GET", f"/users/{user}/servers//progress", stream=True) as stream:
-        for raw in stream.iter_lines():
-            if raw.startswith(b"data:") and "in line" in (said := json.loads(raw[5:])["message"]):
-                return said
-    raise AssertionError(f"{user}'s start never waited in line")
-
-
 def test_a_start_waiting_through_a_drain_is_told_why_and_starts_once_it_ends(hub):
     done = calendar_cli(hub, "drain", "--all", "--reason", "driver update")
     assert done.returncode == 0, done.stderr
     assert hub.spawn("dave", profile="gpu-1").status_code == 202
-    said = first_progress(hub, "dave")
+    said = hub.message_in_line("dave")
     assert "2 GPUs are taken out for maintenance (driver update)" in said, said
     [drain] = hub.api("GET", "/gpu-calendar").json()["windows"]
     assert calendar_cli(hub, "undrain", str(drain["id"])).returncode == 0

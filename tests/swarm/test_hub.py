@@ -140,9 +140,11 @@ def job_task(swarm: Swarm, job_id: int) -> tuple[str, dict]:
 
 
 def gpuspawner_cli(hub: Hub, *args: str) -> subprocess.CompletedProcess[str]:
-    """`gpuspawner ARGS --config` the hub's config, run as an admin would on the manager."""
+    """`gpuspawner ARGS --config` the hub's config, run as an admin would on the manager (in
+    the hub's working directory, where its database and records are)."""
     return subprocess.run(
         [str(Path(sys.executable).parent / "gpuspawner"), *args, "--config", str(hub.config_file)],
+        cwd=hub.workdir,
         capture_output=True,
         text=True,
         env={**os.environ, "DOCKER_HOST": MANAGER, "NO_COLOR": "1"},
