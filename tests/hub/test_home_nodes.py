@@ -13,6 +13,7 @@ from test_machines import (
     LIMITS,
     PROFILES,
     Machines,
+    admin_page,
     hold,
     node_of,
     profile,
@@ -26,9 +27,11 @@ from traitlets.config import Config
 from gpuspawner.config.settings import GPUSettings
 from gpuspawner.core.errors import GPUConfigError
 from gpuspawner.core.homes import Home
+from gpuspawner.core.words import iso_utc
 from gpuspawner.engine.shared_homes import MARKER
 from gpuspawner.hub import homes
 from gpuspawner.hub.engines.swarm import SwarmGPUSpawner
+from gpuspawner.hub.report import pool_report
 from gpuspawner.records.homes import HomeRecord
 
 
@@ -193,3 +196,14 @@ def test_shared_storage_beside_named_homes_in_volumes_is_refused(tmp_path):
     ):
         SwarmGPUSpawner.from_config(config).check_storage()
     assert not (tmp_path / MARKER).exists()  # refused before anything was written
+
+
+async def test_the_gpus_page_lists_each_home_and_its_node(broker):
+    made = home_on(broker, "ann", "old")
+    page = admin_page({**pool_report(broker), "homes": homes.homes_json(broker.homes)})
+    row = page.split('<tr data-user="ann" data-node="old">')[1].split("</tr>")[0]
+    when = iso_utc(made.made)
+    assert "<code>gpuspawner-home-ann</code>" in row
+    assert f'<time datetime="{when}">{when[:16].replace("T", " ")} UTC</time>' in row
+    assert 'data-testid="homes-empty"' in admin_page({**pool_report(broker), "homes": []})
+    assert 'id="homes"' not in admin_page({**pool_report(broker), "homes": None})  # one host
