@@ -13,13 +13,13 @@ folder exists and is writable. `gpuspawner doctor` asks each node so (`probe_nod
 from __future__ import annotations
 
 import secrets
-import time
 from pathlib import Path
 from typing import Any
 
-from docker.types import ContainerSpec, Mount, Placement, RestartPolicy, TaskTemplate
+from docker.types import Mount
 
 from ..core.errors import GPUConfigError
+from . import node_tasks
 from .escapes import clean_path, exposing_host
 from .storage import StorageProblem, make_folder
 
@@ -29,7 +29,6 @@ SETTING = "c.SwarmGPUSpawner.shared_homes"
 PROBE_TARGET = "/shared-homes"
 # A probe's exit status → what is wrong on its node.
 NOT_SHARED, NOT_WRITABLE = 3, 4
-FINISHED = {"complete", "failed", "rejected", "shutdown", "orphaned"}
 
 
 def ready(path: str, uid: int, gid: int) -> str:
@@ -67,40 +66,13 @@ def probe_node(
     """Run a task on the node, as the notebook user (`uid`), that reads the marker and
     writes a file in the folder of `path` that user owns (as in their home): its exit
     status (0, NOT_SHARED or NOT_WRITABLE), or why none came. `client`: a docker APIClient
-    of the swarm's manager. The task's service is removed."""
+    of the swarm's manager."""
     check = (
         f'test "$(cat {PROBE_TARGET}/{MARKER} 2>/dev/null)" = "{token}" || exit {NOT_SHARED}; '
         f'f={PROBE_TARGET}/{PROBES}/$(hostname)-$$; touch "$f" 2>/dev/null || exit {NOT_WRITABLE}; '
         'rm -f "$f"'
     )
-    spec = ContainerSpec(
-        image,
-        ["sh", "-c", check],
-        user=str(uid),
-        mounts=[Mount(PROBE_TARGET, path, type="bind")],
-    )
-    service = client.create_service(
-        TaskTemplate(
-            spec,
-            restart_policy=RestartPolicy("none"),
-            placement=Placement(constraints=[f"node.id=={node_id}"]),
-        ),
-        name=f"gpuspawner-probe-{secrets.token_hex(4)}",
-        labels={"gpuspawner.probe": "shared-homes"},
-    )
-    try:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            for task in client.tasks(filters={"service": service["ID"]}):
-                status, state = task["Status"], task["Status"]["State"]
-                code = (status.get("ContainerStatus") or {}).get("ExitCode")
-                if state == "complete":
-                    return 0
-                if state == "failed" and isinstance(code, int) and code:
-                    return code
-                if state in FINISHED:  # it never ran: a missing bind source is "rejected"
-                    return str(status.get("Err") or state)
-            time.sleep(0.5)  # Swarm gives no event for a task's state
-        return f"no answer within {timeout:.0f} s"
-    finally:
-        client.remove_service(service["ID"])
+    mounts = [Mount(PROBE_TARGET, path, type="bind")]
+    command = ["sh", "-c", check]
+    with node_tasks.task_on(client, node_id, image, command, mounts, "probe", str(uid)) as task:
+        return node_tasks.outcome(client, task, timeout)
