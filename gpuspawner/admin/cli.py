@@ -158,6 +158,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _job_commands(commands)
     _calendar_commands(commands)
+    move = commands.add_parser(
+        "move-home",
+        help="move a user's home to another swarm node: copied, checked, then recorded",
+        description="Through the hub's REST API (admins): copy USER's home volume to NODE, "
+        "check the copy entry by entry, and only then make NODE their home's node; with "
+        "--empty-old, then empty the old copy. Stop the user's servers first.",
+    )
+    move.add_argument("user", help="whose home")
+    move.add_argument("--to", required=True, help="the node to move it to, e.g. n3")
+    move.add_argument("--empty-old", action="store_true", help="empty the old copy after")
+    move.add_argument("--api-url", default="", help="the hub's API (JUPYTERHUB_API_URL)")
+    move.add_argument("--token", default="", help="an admin's API token (JUPYTERHUB_API_TOKEN)")
     return parser
 
 
@@ -302,7 +314,9 @@ def _installed() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    module = "calendar" if args.command in ("book", "drain", "undrain") else args.command
+    module = {"book": "calendar", "drain": "calendar", "undrain": "calendar"}.get(
+        args.command, args.command.replace("-", "_")
+    )
     command = importlib.import_module(f"gpuspawner.admin.{module}")
     try:
         return int(command.main(args))

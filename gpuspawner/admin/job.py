@@ -71,7 +71,7 @@ def main(args: argparse.Namespace) -> int:
     return 0
 
 
-def call(method: str, url: str, token: str, body: Any = None) -> Any:
+def call(method: str, url: str, token: str, body: Any = None, timeout: float = 30) -> Any:
     data = json.dumps(body).encode() if body is not None else None
     request = urllib.request.Request(
         url,
@@ -80,7 +80,7 @@ def call(method: str, url: str, token: str, body: Any = None) -> Any:
         headers={"Authorization": f"token {token}", "Content-Type": "application/json"},
     )
     try:
-        with urllib.request.urlopen(request, timeout=30) as answer:
+        with urllib.request.urlopen(request, timeout=timeout) as answer:
             return json.loads(answer.read())
     except urllib.error.HTTPError as error:
         try:

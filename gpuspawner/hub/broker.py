@@ -50,9 +50,10 @@ from .jobs_part import JobsPart
 from .line import Line, WaitEnded
 from .machine import Machine
 from .recovery import KnownServers, adopt, recover_ledger
-from .refusals import refused
+from .refusals import Refused, refused
 from .removals import Removals
 
+HOME_MOVING = "Your home is being moved to another node: start again in a few minutes."
 RECENT_USE_HALF_LIVES = 10  # use older than this many half-lives counts for less than 0.1 %
 
 
@@ -299,6 +300,8 @@ class Broker:
         """GPUs for a starting server on `profile`, within the user's `limits`: at once for a
         CPU-only profile (a grant of nothing), through the waiting line for a GPU one; or
         `Refused`, in the words its user reads."""
+        if self.homes.moving(holder.user):
+            raise Refused(HOME_MOVING, "home_moving", 409)
         request = limits.request_for(profile)
         try:
             if request.kind is None:

@@ -5,27 +5,43 @@ The engine adapter says where a server's task ran (`settled`): a user's first se
 makes their home there, and later ones mark it used. Every start, wait and judgment of
 one reads the user's limits through `narrow`, so the form, the line, jobs and placement
 all keep them on that node; a full node makes the start wait in line, a node that is down
-makes it wait or be refused, and `said_to` tells them why. Without a record (one host,
+makes it wait or be refused, and `said_to` tells them why. An admin moves a home to
+another node (`move`, through the engine adapter's `Mover`). Without a record (one host,
 or homes on shared storage) nothing is narrowed.
 """
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import replace
-from typing import Any
+from typing import Any, Protocol
 
 from ..core.homes import Home, away_chosen, said_of
 from ..core.limits import UserLimits
 from ..core.pool_view import PoolView
 from ..core.profiles import Profile
 from ..core.words import iso_utc
+from ..engine.home_copy import DIFFERENT, NOT_EMPTY
 from ..records.homes import HomeRecord
+
+
+class Mover(Protocol):
+    """The engine adapter's hands for a home's move (`home_mover`); each blocks, each
+    answers 0 or why not."""
+
+    def copy(self, volume: str, source: str, target: str) -> int | str:
+        """Copy the volume from node `source` to node `target` and check the copy."""
+
+    def empty(self, volume: str, node: str) -> int | str:
+        """Delete everything in the volume on `node`."""
 
 
 class Homes:
     def __init__(self, record: HomeRecord | None = None) -> None:
         self.record = record
         self._homes: dict[str, Home] = record.all() if record is not None else {}
+        self._moving: set[str] = set()  # users whose home is being copied to another node
+        self.mover: Mover | None = None  # set at hub start, where homes are each node's own
 
     @property
     def on_nodes(self) -> bool:
@@ -40,7 +56,8 @@ class Homes:
 
     def settled(self, user: str, volume: str, node: str, now: float) -> Home | None:
         """A server of `user` runs on `node` with home `volume`: their home is there if they
-        had none yet; a server elsewhere (an admin's own choice) leaves it where it is."""
+        had none yet; a server elsewhere (a profile for other machines, or a start away
+        from home) leaves it where it is."""
         if self.record is None:
             return None
         home = self._homes.get(user)
@@ -54,6 +71,39 @@ class Homes:
         self._homes[user] = home
         return home
 
+    def moving(self, user: str) -> bool:
+        return user in self._moving
+
+    async def move(self, user: str, node: str, empty_old: bool, now: float) -> Home:
+        """Copy `user`'s home to `node`, check it, write the new node down and only then,
+        where asked, empty the old copy; MoveFailed with the reason, the home unchanged.
+        Their starts are refused meanwhile (`Broker.take`)."""
+        home = self._homes.get(user)
+        if home is None or self.mover is None or self.record is None:
+            raise MoveFailed(f"{user} has no home on a node")
+        if home.node == node:
+            raise MoveFailed(f"{user}'s home is on {node} already")
+        if user in self._moving:
+            raise MoveFailed(f"{user}'s home is being moved already")
+        self._moving.add(user)
+        try:
+            copied = await asyncio.to_thread(self.mover.copy, home.volume, home.node, node)
+            if copied != 0:
+                raise MoveFailed(_why_not(copied, home, node))
+            moved = Home(user, home.volume, node, home.made, now)
+            self.record.save(moved)
+            self._homes[user] = moved
+            if empty_old:
+                emptied = await asyncio.to_thread(self.mover.empty, home.volume, home.node)
+                if emptied != 0:
+                    raise MoveFailed(
+                        f"{user}'s home is now on {node}, checked; emptying the old copy on "
+                        f"{home.node} failed ({emptied}): remove it there yourself"
+                    )
+            return moved
+        finally:
+            self._moving.discard(user)
+
     def narrow(self, user: str, limits: UserLimits) -> UserLimits:
         """`limits` with their servers kept on their home's node (where their groups allow
         that node; where they do not, the home is out of their reach anyway)."""
@@ -63,6 +113,20 @@ class Homes:
     def said_to(self, user: str) -> list[str]:
         home = self._homes.get(user)
         return [said_of(home)] if home is not None else []
+
+
+class MoveFailed(Exception):
+    """A home that was not moved (or whose old copy stays); the message says why."""
+
+
+def _why_not(answer: int | str, home: Home, node: str) -> str:
+    if answer == DIFFERENT:
+        why = "the copy did not agree with the home (a file changed meanwhile?)"
+    elif answer == NOT_EMPTY:
+        why = f"{node} has a copy of this home already (from a start there away from home)"
+    else:
+        why = str(answer)
+    return f"{home.user}'s home stays on {home.node}: {why}"
 
 
 def away_if_full(

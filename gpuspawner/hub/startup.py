@@ -41,7 +41,17 @@ from ..records.calendar import CalendarRecord
 from ..records.homes import HomeRecord
 from ..records.jobs import JobRecord
 from ..records.ledger import Ledger
-from . import access, budgets, calendar_api, lease_api, metrics, notices, pages, slow_starts
+from . import (
+    access,
+    budgets,
+    calendar_api,
+    homes_api,
+    lease_api,
+    metrics,
+    notices,
+    pages,
+    slow_starts,
+)
 from .broker import Broker, BrokerNotRunning
 from .jobs import api as jobs_api
 from .jobs.board import JobBoard
@@ -154,6 +164,8 @@ async def start_broker(app: Any, spawner_class: Any = None) -> Broker:
         homes=HomeRecord(spawner.usage_ledger_file) if spawner.homes_on_nodes else None,
         groups_of=functools.partial(_groups_of, app),
     )
+    if spawner.homes_on_nodes:
+        broker.homes.mover = spawner.home_mover(engine)
     _end_previous_line(app, broker)
     parker = _parker(broker, parks, app.log)
     record = JobRecord(spawner.usage_ledger_file)
@@ -202,6 +214,7 @@ async def start_broker(app: Any, spawner_class: Any = None) -> Broker:
     pages.install(app)
     lease_api.install(app)
     calendar_api.install(app)
+    homes_api.install(app)
     jobs_api.install(app)
     app.log.info(
         "gpuspawner: %d GPU(s) in the pool (%s), %d free",

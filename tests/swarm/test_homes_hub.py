@@ -1,13 +1,16 @@
 """Homes on a swarm whose nodes keep their own (the default named volume): a user's next
 server goes where their files are, whatever else runs; with that node full the start waits
 in line and says why, or starts elsewhere only when the user chose so on the form (headless
-Chromium); with that node down they are told at once. With homes on shared storage
+Chromium); with that node down they are told at once; an admin moves a home to another
+node, copied and checked before the old copy is emptied. With homes on shared storage
 (`shared_homes`) placement is free and the files are on every node, the doctor asks each
 node whether it mounts that storage, and storage the hub cannot use stops it."""
 
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
@@ -153,6 +156,67 @@ def test_with_its_node_down_the_user_is_told_at_once(swarm: Swarm, hub: Hub):
     hub.stop_server(OTHERS[0])
 
 
+def volume_on(swarm: Swarm, node: str, name: str) -> bool:
+    return any(v.name == name for v in swarm.clients[node].volumes.list())
+
+
+def listing(swarm: Swarm, node: str, volume: str) -> str:
+    """What the home volume holds on `node`, as a shell there lists it."""
+    return swarm.clients[node].containers.run(
+        NOTEBOOK_IMAGE, ["ls", "-A", "/h"], entrypoint=[], remove=True,
+        volumes={volume: {"bind": "/h", "mode": "ro"}},
+    ).decode()  # fmt: skip
+
+
+def move_home(hub: Hub, user: str, to: str, *more: str) -> subprocess.CompletedProcess[str]:
+    """`gpuspawner move-home`, as an admin runs it with the hub's API and an admin's token."""
+    command = [str(Path(sys.executable).parent / "gpuspawner"), "move-home", user, "--to", to]
+    return subprocess.run(
+        [*command, *more, "--api-url", f"{hub.url}/hub/api", "--token", hub.token],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+def test_a_home_is_moved_to_another_node_copied_and_checked_before_the_old_copy_goes(
+    swarm: Swarm, hub: Hub
+):
+    volume = hub.home_of(ANN)
+    for body, status, says in [
+        ({"to": "n9"}, 400, "'to' must be one of the nodes: n1, n2, n3"),
+        ({"to": "n3", "empty_old": "yes"}, 400, "'empty_old' must be true or false"),
+        ({"to": "n3", "now": True}, 400, 'The body must be {"to": NODE}'),
+        ({"to": HOME}, 409, f"{ANN}'s home is on {HOME} already"),
+    ]:
+        answer = hub.api("POST", f"/gpu-homes/{ANN}", json=body)
+        assert (answer.status_code, says in answer.json()["message"]) == (status, True), answer.text
+    assert hub.api("POST", "/gpu-homes/nobody", json={"to": "n3"}).status_code == 404
+    hub.spawn_ready(ANN)  # on her home's node
+    busy = move_home(hub, ANN, "n3")
+    assert busy.returncode == 1 and f"Stop {ANN}'s servers first" in busy.stderr, busy.stderr
+    hub.stop_server(ANN)
+    others = [n for n in NODES if n != HOME]
+    [used, unused] = sorted(others, key=lambda n: not volume_on(swarm, n, volume))
+    assert volume_on(swarm, used, volume)  # her start away from home made a copy there
+    refused = move_home(hub, ANN, used)
+    assert refused.returncode == 1
+    assert f"{ANN}'s home stays on {HOME}: {used} has a copy of this home already" in (
+        refused.stderr
+    )
+
+    moved = move_home(hub, ANN, unused, "--empty-old")
+    assert moved.returncode == 0, moved.stderr
+    assert f"{ANN}'s home {volume} is on {unused} now; the old copy is emptied." in moved.stdout
+    [home] = [h for h in hub.api("GET", "/gpus").json()["homes"] if h["user"] == ANN]
+    assert home["node"] == unused
+    assert listing(swarm, HOME, volume) == ""  # emptied only once the copy was checked
+    hub.spawn_ready(ANN)
+    node, said = run_in(swarm, hub, ANN, "cat ~/result.txt; stat -c %U ~/result.txt")
+    assert (node, said) == (unused, f"{RESULT}\njovyan\n")  # her file, still hers
+    hub.stop_server(ANN)
+
+
 # --- homes on shared storage ----------------------------------------------------------------
 @pytest.fixture(scope="module")
 def shared(tmp_path_factory) -> Path:
@@ -198,7 +262,7 @@ def test_on_shared_storage_placement_is_free_and_the_files_are_everywhere(
         assert f"PASS  Shared homes on {node}: {shared} is the hub's shared storage, " in (
             doctor.stdout
         )
-    assert not swarm.manager.services.list(filters={"label": "gpuspawner.probe"})
+    assert not swarm.manager.services.list(filters={"label": "gpuspawner.task"})  # removed
 
 
 def test_a_node_without_the_shared_storage_is_named_by_the_probe(swarm: Swarm, shared: Path):

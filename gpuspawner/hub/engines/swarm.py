@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from dataclasses import dataclass
 from pprint import pformat
 from typing import Any
 
@@ -33,7 +34,7 @@ from ...core.homes import away_chosen, said_of
 from ...core.pool import Grant
 from ...devices.source import GPUSource
 from ...devices.swarm import TOKEN_VARIABLE, AgentAccess, SwarmSource
-from ...engine import shared_homes, storage
+from ...engine import home_move, shared_homes, storage
 from ...engine.base import Engine
 from ...engine.docker import LABEL_JOB
 from ...engine.swarm import HOLDING, SwarmEngine, SwarmNode, isolate_service, read_node
@@ -124,6 +125,12 @@ class SwarmGPUSpawner(GPUSpawner, SwarmSpawner):
                 f"{self.shared_homes.rstrip('/')}/{{username}}), or unset shared_homes"
             )
         shared_homes.ready(self.shared_homes, self.notebook_uid, self.notebook_gid)
+
+    def home_mover(self, engine: Engine) -> NodeHomes:
+        """How the hub moves a home between nodes (`hub.homes.Homes.move`)."""
+        if not isinstance(engine, SwarmEngine):
+            raise TypeError(f"SwarmGPUSpawner needs a SwarmEngine, not {type(engine).__name__}")
+        return NodeHomes(engine, self.image)
 
     @default("agent_token")
     def _default_agent_token(self) -> str:
@@ -290,3 +297,33 @@ class SwarmGPUSpawner(GPUSpawner, SwarmSpawner):
         except docker.errors.NotFound:
             return f"its node {node_id} has left the swarm"
         return f"its node {node.hostname} is down" if node.state == "down" else None
+
+
+@dataclass(frozen=True)
+class NodeHomes:
+    """A home volume's copy between nodes, and its old copy's end, by one-off tasks that
+    the manager places on the nodes (`engine.home_move`), in the notebooks' image."""
+
+    engine: SwarmEngine
+    image: str
+
+    def copy(self, volume: str, source: str, target: str) -> int | str:
+        nodes = self._ready(source, target)
+        if isinstance(nodes, str):
+            return nodes
+        old, new = nodes
+        return home_move.copy_home(self.engine.client, self.image, volume, old, new)
+
+    def empty(self, volume: str, node: str) -> int | str:
+        nodes = self._ready(node)
+        if isinstance(nodes, str):
+            return nodes
+        return home_move.empty_home(self.engine.client, self.image, volume, nodes[0])
+
+    def _ready(self, *names: str) -> list[SwarmNode] | str:
+        by_name = {n.hostname: n for n in self.engine.nodes()}
+        for name in names:
+            node = by_name.get(name)
+            if node is None or not node.ready:
+                return f"node {name} is {'not in the swarm' if node is None else node.state}"
+        return [by_name[name] for name in names]
