@@ -12,6 +12,7 @@ not merged over). The old copy is emptied only after, and only when asked.
 
 from __future__ import annotations
 
+import secrets
 from pathlib import Path
 from typing import Any
 
@@ -35,13 +36,14 @@ def copy_home(
     """Copy `volume` from `source` to `target` and check the copy: 0, `home_copy`'s
     DIFFERENT or NOT_EMPTY, or why the tasks gave no answer. `client`: a docker APIClient
     of the manager; `image`: one with python3 (the notebooks')."""
-    serve = ["python3", "-c", PROGRAM, "serve", "/from", str(PORT)]
+    secret = secrets.token_hex(16)  # the port is open on the node: only the copy may read
+    serve = ["python3", "-c", PROGRAM, "serve", "/from", str(PORT), secret]
     read = [Mount("/from", volume, type="volume", read_only=True)]
     with node_tasks.task_on(client, source.id, image, serve, read, "home-copy", publish=PORT) as up:
         port = node_tasks.published_port(client, up, PORT, timeout=120)
         if isinstance(port, str):
             return f"the task on {source.hostname} that reads the home did not run: {port}"
-        fetch = ["python3", "-c", PROGRAM, "fetch", "/to", source.address, str(port)]
+        fetch = ["python3", "-c", PROGRAM, "fetch", "/to", source.address, str(port), secret]
         write = [Mount("/to", volume, type="volume")]
         with node_tasks.task_on(client, target.id, image, fetch, write, "home-copy") as down:
             return node_tasks.outcome(client, down, timeout)
