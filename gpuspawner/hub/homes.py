@@ -123,7 +123,10 @@ def _why_not(answer: int | str, home: Home, node: str) -> str:
     if answer == DIFFERENT:
         why = "the copy did not agree with the home (a file changed meanwhile?)"
     elif answer == NOT_EMPTY:
-        why = f"{node} has a copy of this home already (from a start there away from home)"
+        why = (
+            f"{node} has a copy of this home already (from a start there away from home): "
+            "look at it there, and merge or empty it yourself"
+        )
     else:
         why = str(answer)
     return f"{home.user}'s home stays on {home.node}: {why}"

@@ -1,13 +1,14 @@
 """Moving a user's home to another node of a swarm whose nodes keep their own homes
 (`gpuspawner move-home`, scripts):
 
-    POST /hub/api/gpu-homes/USER   {"to": NODE, "empty_old": false}   (custom:gpus:admin)
+    POST /hub/api/gpu-homes/USER   {"to": NODE, "empty_old": false}
+                                   (custom:gpus:admin and admin:users)
 
 The home is copied to NODE and checked there; only then does the hub write NODE down as
 the home's (the user's next servers start there) and, with "empty_old", empty the old
-copy. 200 with the home as it is now; 409 with the reason while the user has a server
-(stop it first), and whenever the copy did not hold (the home stays where it was). The
-user's starts are refused while the copy runs.
+copy. 200 with the home as it is now; 409 with the reason while the user has a server or
+a job holding GPUs (stop it first), and whenever the copy did not hold (the home stays
+where it was). The user's starts are refused, and their jobs wait, while the copy runs.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 from jupyterhub.utils import url_path_join
 from tornado import web
 
+from ..core.jobs import HOLDING
 from . import access
 from .api_base import JSONHandler
 from .broker import Broker
@@ -28,6 +30,7 @@ KEYS = {"to", "empty_old"}
 class HomeHandler(JSONHandler):
     async def post(self, name: str) -> None:
         access.require(self, access.ADMIN)
+        access.require(self, "admin:users")  # it copies and empties a user's files
         broker = Broker.current()
         if not broker.homes.on_nodes:
             raise web.HTTPError(404, "Homes are not each node's own on this hub: none moves")
@@ -44,6 +47,8 @@ class HomeHandler(JSONHandler):
         if not isinstance(empty_old, bool):
             raise web.HTTPError(400, "'empty_old' must be true or false")
         running = sorted(s.name or "(default)" for s in user.spawners.values() if s.active)
+        jobs = broker.jobs.unfinished() if broker.jobs is not None else []
+        running += [j.server for j in jobs if j.user_id == user.id and j.state in HOLDING]
         if running:
             raise web.HTTPError(
                 409, f"Stop {name}'s servers first ({', '.join(running)}): they use the home"

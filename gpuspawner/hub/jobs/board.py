@@ -250,6 +250,8 @@ class JobBoard(Restoring):
     def _try_start(self, job: Job, request: Request, limits: UserLimits, rules: JobRules) -> None:
         if self.budget_refusal(job.user_id, limits) is not None:
             return  # it waits for the budget's window to move on
+        if self.broker.homes.moving(job.user):
+            return  # it runs once its user's home is on its new node
         server_id = self.launcher.server_id(job.user_id, job.server)
         holder = Holder(server_id, job.user_id, job.user, job.server, job=True)
         # A parked person's GPU is lent only to a job the driver could park when they come
