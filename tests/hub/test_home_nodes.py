@@ -29,8 +29,9 @@ from gpuspawner.core.errors import GPUConfigError
 from gpuspawner.core.homes import Home
 from gpuspawner.core.words import iso_utc
 from gpuspawner.engine.shared_homes import MARKER
+from gpuspawner.engine.swarm import SwarmNode
 from gpuspawner.hub import homes
-from gpuspawner.hub.engines.swarm import SwarmGPUSpawner
+from gpuspawner.hub.engines.swarm import SwarmGPUSpawner, first_home
 from gpuspawner.hub.report import pool_report
 from gpuspawner.records.homes import HomeRecord
 
@@ -46,6 +47,9 @@ async def take(spawner, slug: str, away: bool = False):
         spawner.broker.pool,
     )
     return await spawner._take(profile(spawner.broker, slug), limits)
+
+
+NODES = ("old", "new", "manager")  # the manager has no GPU
 
 
 @pytest.fixture
@@ -207,3 +211,15 @@ async def test_the_gpus_page_lists_each_home_and_its_node(broker):
     assert f'<time datetime="{when}">{when[:16].replace("T", " ")} UTC</time>' in row
     assert 'data-testid="homes-empty"' in admin_page({**pool_report(broker), "homes": []})
     assert 'id="homes"' not in admin_page({**pool_report(broker), "homes": None})  # one host
+
+
+async def test_a_first_cpu_only_server_makes_its_home_where_gpus_can_follow(broker):
+    """Swarm would place it anywhere (a manager without GPUs): it goes to the ready node, of
+    those the user may use, with the most free GPUs."""
+    hold(broker, 901, "new")
+    nodes = {name: SwarmNode(name, name, "ready", "active", "24.0", False, "") for name in NODES}
+    assert first_home(broker.pool, None, nodes) == "old"  # 2 free, against new's 1
+    assert first_home(broker.pool, frozenset({"new"}), nodes) == "new"  # the group's machines
+    nodes["old"] = replace(nodes["old"], state="down")
+    assert first_home(broker.pool, None, nodes) == "new"
+    assert first_home(broker.pool, frozenset({"gone"}), nodes) is None  # Swarm places it

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pprint import pformat
 from typing import Any
@@ -31,7 +32,9 @@ from traitlets import Bool, Float, Integer, Unicode, default
 
 from ...core.errors import GPUConfigError
 from ...core.homes import away_chosen, said_of
+from ...core.nodes import counts_by_node
 from ...core.pool import Grant
+from ...core.pool_view import PoolView
 from ...devices.source import GPUSource
 from ...devices.swarm import TOKEN_VARIABLE, AgentAccess, SwarmSource
 from ...engine import home_move, shared_homes, storage
@@ -47,6 +50,7 @@ from .docker import GPUSpawner
 class SwarmGPUSpawner(GPUSpawner, SwarmSpawner):
     runs_on_nodes = True  # for the doctor: a line per node, and the manager's own
     _down_since: float | None = None  # since when this server's node has been down
+    _allowed: frozenset[str] | None = None  # the machines this start's user may use
     device_mounts = Bool(
         True,
         config=True,
@@ -180,20 +184,29 @@ class SwarmGPUSpawner(GPUSpawner, SwarmSpawner):
         return job_service(create_kwargs, launch.grace, {LABEL_JOB: str(launch.job.id)})
 
     def _home_node(self) -> SwarmNode | None:
+        """Where a CPU-only server runs where homes are each node's own: its user's home's
+        node; for their first server, the node with the most free GPUs of those they may
+        use (a home where their GPU servers can follow); None elsewhere, or where its user
+        chose to start away from a home node that is not there."""
+        if not self.broker.homes.on_nodes:
+            return None
+        nodes = {node.hostname: node for node in SwarmEngine(self.client).nodes()}
         home = self.broker.homes.of(self.user.name)
         if home is None:
-            return None  # its first server: Swarm places it, and its home is made there
-        node = self._node(home.node)
-        if not node.ready and away_chosen(self.user_options):
+            first = first_home(self.broker.pool, self._allowed, nodes)
+            return nodes[first] if first else None
+        node = nodes.get(home.node)
+        if node is not None and node.ready:
+            return node
+        if away_chosen(self.user_options):
             return None  # as its user chose: anywhere, with that node's copy of the home
-        if not node.ready:
-            raise failed_start(
-                f"{said_of(home)} {node.hostname} is {node.state} now: start again once it is "
-                "back, or ask an admin to move your home.",
-                "node",
-                503,
-            )
-        return node
+        state = node.state if node is not None else "no longer in the swarm"
+        raise failed_start(
+            f"{said_of(home)} {home.node} is {state} now: start again once it is back, or ask "
+            "an admin to move your home (gpuspawner move-home).",
+            "node",
+            503,
+        )
 
     def _node(self, hostname: str) -> SwarmNode:
         for node in SwarmEngine(self.client).nodes():
@@ -221,7 +234,9 @@ class SwarmGPUSpawner(GPUSpawner, SwarmSpawner):
     async def prepare_storage(self) -> None:
         """On shared storage, the user's folder made from the hub's host (a bind whose source
         is missing fails the task on its node). A named volume is Swarm's to make, on the
-        node that runs the task, the image's files copied in as Docker does on one host."""
+        node that runs the task, the image's files copied in as Docker does on one host
+        (a first CPU-only server's node is chosen among the user's machines: `_home_node`)."""
+        self._allowed = self.user_limits().machines  # read here, not in isolate's thread
         if self.shared_homes:
             shared = self.shared_homes.rstrip("/") + "/"
             await self.prepare_mounts([m for m in self._mounts() if m.source.startswith(shared)])
@@ -297,6 +312,19 @@ class SwarmGPUSpawner(GPUSpawner, SwarmSpawner):
         except docker.errors.NotFound:
             return f"its node {node_id} has left the swarm"
         return f"its node {node.hostname} is down" if node.state == "down" else None
+
+
+def first_home(
+    pool: PoolView, allowed: Collection[str] | None, nodes: Mapping[str, SwarmNode]
+) -> str | None:
+    """The ready node, of those `allowed`, with the most free GPUs (ties to the name)."""
+    counts = counts_by_node(pool.units, pool.states())
+    free = {
+        name: sum(count.free for count in kinds.values())
+        for name, kinds in counts.items()
+        if (allowed is None or name in allowed) and name in nodes and nodes[name].ready
+    }
+    return min(free, key=lambda name: (-free[name], name)) if free else None
 
 
 @dataclass(frozen=True)
