@@ -17,7 +17,6 @@ until then it stays held, shown as "stopping", and the monitor keeps asking.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable, Hashable, Iterable, Mapping
@@ -43,7 +42,7 @@ from ..records.calendar import CalendarRecord
 from ..records.homes import HomeRecord
 from ..records.ledger import Ledger
 from ..records.line import LineRecord, Waited
-from .calendar import Calendar, GroupsOf, Kept
+from .calendar import Calendar, GroupsOf, allocate_around
 from .counters import ALLOCATION_SECONDS
 from .homes import Homes
 from .jobs_part import JobsPart
@@ -335,30 +334,11 @@ class Broker:
         if kept.theirs and isinstance(request, Request):  # no one waiting ahead may take them
             request = replace(request, not_on=request.not_on - kept.theirs)
         with ALLOCATION_SECONDS.time():
-            grant = self._allocate(holder, request, admit, borrows, keep | kept.now, kept)
+            grant = allocate_around(self._pool, kept, holder, request, admit, borrows, keep)
         self._idle.forget(grant.key)  # a server stopped and started between two ticks
         if grant.units and self._ledger is not None:
             self._ledger.opened(grant, float(grant.weight))
         return grant
-
-    def _allocate(
-        self,
-        holder: Holder,
-        request: Request | int,
-        admit: Admission | None,
-        borrows: bool,
-        keep: frozenset[str],
-        kept: Kept,
-    ) -> Grant:
-        """A booking's holder takes its GPUs first; others, GPUs no window opens on soon."""
-        tries = [keep | kept.ahead] if kept.ahead else []
-        if kept.theirs:
-            tries.insert(0, keep | (frozenset(self._pool.ids) - kept.theirs))
-        alone = replace(request, turns=False) if isinstance(request, Request) else request
-        for narrower in tries:  # (not in turns: a GPU free elsewhere beats sharing one)
-            with contextlib.suppress(NotEnoughGPUs):
-                return self._pool.allocate(holder, alone, admit, borrows, narrower)
-        return self._pool.allocate(holder, request, admit, borrows, keep)
 
     def grant_of(self, key: int) -> Grant | None:
         return self._pool.grant_of(key)

@@ -9,6 +9,7 @@ window opens on them before the server would end.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
@@ -24,7 +25,9 @@ from ..core.calendar import (
     said_to,
 )
 from ..core.calendar import stops_at as window_stops
-from ..core.pool import Grant
+from ..core.placement import NotEnoughGPUs
+from ..core.pool import Admission, Grant, Holder, Pool
+from ..core.units import Request
 from ..core.usage import WEEK
 from ..records.calendar import CalendarRecord
 
@@ -153,3 +156,26 @@ class Calendar:
         self._windows.append(window)
         self._windows.sort(key=lambda w: (w.start, w.id))
         return window
+
+
+def allocate_around(
+    pool: Pool,
+    kept: Kept,
+    holder: Holder,
+    request: Request | int,
+    admit: Admission | None,
+    borrows: bool,
+    keep: frozenset[str],
+) -> Grant:
+    """`pool.allocate` as the calendar has it: never the units `kept.now`; a booking's
+    holder takes its units first; others, units no window opens on soon (`kept.ahead`)
+    where any will do, and not in turns (a GPU free elsewhere beats sharing one)."""
+    keep = keep | kept.now
+    tries = [keep | kept.ahead] if kept.ahead else []
+    if kept.theirs:
+        tries.insert(0, keep | (frozenset(pool.ids) - kept.theirs))
+    alone = replace(request, turns=False) if isinstance(request, Request) else request
+    for narrower in tries:
+        with contextlib.suppress(NotEnoughGPUs):
+            return pool.allocate(holder, alone, admit, borrows, narrower)
+    return pool.allocate(holder, request, admit, borrows, keep)
