@@ -16,7 +16,7 @@ import re
 from collections.abc import Sequence
 
 from ..devices.swarm import AgentAnswer
-from ..engine.shared_homes import NOT_SHARED, NOT_WRITABLE
+from ..engine.shared_homes import NOT_WRITABLE, why_not_shared
 from ..engine.swarm import SwarmNode
 from .checks import Finding, Status, failed, passed, warning
 
@@ -174,17 +174,12 @@ def judge_shared_homes(node: SwarmNode, path: str, uid: int, answer: int | str) 
         "that it holds the hub's marker file (.gpuspawner-shared-homes); until then servers "
         "there would find an empty home"
     )
-    if answer == NOT_SHARED:
-        why = f"{path} there is not the hub's shared storage (the hub's marker is missing)"
-    elif answer == NOT_WRITABLE:
-        why = f"uid {uid} (the notebook user) cannot write in its own folder of {path} there"
+    if answer == NOT_WRITABLE:
         fix = (
             f"let uid {uid} keep its uid on {node.hostname}'s mount of {path} (NFSv4 id "
             "mapping, or an export that squashes all users, turns it into nobody)"
         )
-    else:
-        why = f"a task there could not look at {path}: {answer}"
-    return failed(subject, why, fix)
+    return failed(subject, why_not_shared(answer, path, uid), fix)
 
 
 def judge_swarm_unreachable(error: str) -> Finding:

@@ -12,7 +12,12 @@ folder exists and is writable. `gpuspawner doctor` asks each node so (`probe_nod
 
 from __future__ import annotations
 
+import logging
+import math
 import secrets
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,11 +27,13 @@ from ..core.errors import GPUConfigError
 from . import node_tasks
 from .escapes import clean_path, exposing_host
 from .storage import StorageProblem, make_folder
+from .swarm import SwarmNode
 
 MARKER = ".gpuspawner-shared-homes"
 PROBES = ".gpuspawner-probes"  # owned by the notebook user: where a node's probe writes
 SETTING = "c.SwarmGPUSpawner.shared_homes"
 PROBE_TARGET = "/shared-homes"
+log = logging.getLogger("gpuspawner")
 # A probe's exit status → what is wrong on its node.
 NOT_SHARED, NOT_WRITABLE = 3, 4
 
@@ -60,6 +67,15 @@ def ready(path: str, uid: int, gid: int) -> str:
         ) from None
 
 
+def token_of(path: str) -> str:
+    """The token in the storage's marker, as the hub's host sees it ("" without one: then
+    no node's storage can match it)."""
+    try:
+        return Path(path, MARKER).read_text().strip()
+    except OSError:
+        return ""
+
+
 def probe_node(
     client: Any, node_id: str, image: str, path: str, token: str, uid: int, timeout: float = 60
 ) -> int | str:
@@ -76,3 +92,46 @@ def probe_node(
     command = ["sh", "-c", check]
     with node_tasks.task_on(client, node_id, image, command, mounts, "probe", str(uid)) as task:
         return node_tasks.outcome(client, task, timeout)
+
+
+def why_not_shared(answer: int | str, path: str, uid: int) -> str:
+    """A probe's answer other than 0, in words."""
+    if answer == NOT_SHARED:
+        return f"{path} there is not the hub's shared storage (the hub's marker is missing)"
+    if answer == NOT_WRITABLE:
+        return f"uid {uid} (the notebook user) cannot write in its own folder of {path} there"
+    return f"a task there could not look at {path}: {answer}"
+
+
+@dataclass
+class MountWatch:
+    """Which ready nodes do not mount the shared storage for homes, asked of each node
+    (`probe`) at most every `every` seconds: a node that lost its mount would give a new
+    server an empty home, so it is kept out of new starts (`SwarmEngine.unreachable`);
+    its running servers are left alone."""
+
+    probe: Callable[[SwarmNode], int | str]
+    path: str
+    uid: int
+    every: float = 300.0
+    _asked: float = -math.inf
+    _lost: dict[str, str] = field(default_factory=dict)
+
+    def lost(self, nodes: Sequence[SwarmNode], now: float) -> dict[str, str]:
+        """Node → why it is kept out of new starts, as the latest look found it."""
+        if now - self._asked >= self.every:
+            self._asked = now
+            ready = [n for n in nodes if n.ready]
+            with ThreadPoolExecutor(max_workers=max(1, len(ready))) as pool:
+                answers = list(pool.map(self.probe, ready))
+            self._lost = {
+                node.hostname: f"node {node.hostname} does not mount the shared homes: "
+                + why_not_shared(answer, self.path, self.uid)
+                for node, answer in zip(ready, answers, strict=True)
+                if answer != 0
+            }
+            mounted = sorted({n.hostname for n in ready} - set(self._lost))
+            log.info("gpuspawner: shared homes %s mounted on %s", self.path, ", ".join(mounted))
+            for why in self._lost.values():
+                log.warning("gpuspawner: %s: no new server goes there", why)
+        return dict(self._lost)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -164,6 +164,9 @@ class SwarmEngine:
         self.client = client
         self.removal_timeout = removal_timeout  # how long remove_server waits for Swarm
         self.poll = poll
+        # nodes not to start on for want of something only a look on them finds (the shared
+        # homes' mount: `shared_homes.MountWatch.lost`), by the monotonic clock
+        self.also_unreachable: Callable[[list[SwarmNode], float], dict[str, str]] | None = None
 
     @classmethod
     def connect(
@@ -192,11 +195,14 @@ class SwarmEngine:
         """Nodes that are not ready (down: the manager has not heard from them), and nodes an
         admin set to drain or pause: Swarm would not start a task there."""
         found = {}
-        for node in self.nodes():
+        nodes = self.nodes()
+        for node in nodes:
             if not node.ready:
                 found[node.hostname] = f"node {node.hostname} is {node.state}"
             elif node.availability not in ("", "active"):
                 found[node.hostname] = f"node {node.hostname} is set to {node.availability}"
+        if self.also_unreachable is not None:
+            found = {**self.also_unreachable(nodes, time.monotonic()), **found}
         return found
 
     def containers(self, look_past: LookPast = NOTHING) -> list[Seen]:

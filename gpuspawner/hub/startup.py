@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import functools
 import inspect
+import logging
 import sqlite3
 import time
 from collections.abc import Mapping
@@ -137,6 +138,11 @@ async def start_broker(app: Any, spawner_class: Any = None) -> Broker:
     """
     with contextlib.suppress(BrokerNotRunning):
         return Broker.current()
+    # the devices' and the engine's own lines, in the hub's log (as JupyterHub hooks up
+    # tornado's): without this their info never showed, and their warnings bare on stderr
+    ours = logging.getLogger("gpuspawner")
+    ours.propagate, ours.parent = True, app.log
+    ours.setLevel(app.log.level)
     spawner_class = spawner_class or app.spawner_class
     try:
         spawner = spawner_class.from_config(app.config)

@@ -1,6 +1,9 @@
 """The swarm as the books know it: a machine per hostname, whatever the manager lists, and
 each task with the container that runs it there."""
 
+from dataclasses import replace
+
+from gpuspawner.engine.shared_homes import NOT_SHARED, NOT_WRITABLE, MountWatch
 from gpuspawner.engine.swarm import SwarmEngine, read_node, task_seen
 
 
@@ -51,3 +54,36 @@ def test_a_task_is_known_by_its_container_too_as_a_nodes_agent_names_gpu_process
     }
     seen = task_seen(task, None, {"a": read_node(node("a", "gpu-1", "ready"))})
     assert (seen.id, seen.container_id, seen.node) == ("task1", container, "gpu-1")
+
+
+def test_a_node_that_lost_the_shared_homes_mount_is_kept_out_of_new_starts_and_asked_again():
+    """Asked at most every `every` seconds (a task on each node); a node found without the
+    storage is unreachable for new servers, with the reason, until a later look finds it."""
+    mounted = {"gpu-1": 0, "gpu-2": NOT_SHARED, "gpu-3": NOT_WRITABLE}
+    asked: list[str] = []
+
+    def probe(node) -> int | str:
+        asked.append(node.hostname)
+        return mounted[node.hostname]
+
+    engine = SwarmEngine(
+        Manager(
+            node("a", "gpu-1", "ready"), node("b", "gpu-2", "ready"), node("c", "gpu-3", "ready")
+        )
+    )
+    watch = MountWatch(probe, "/mnt/homes", 1000, every=300)
+    engine.also_unreachable = watch.lost
+    assert engine.unreachable() == {
+        "gpu-2": "node gpu-2 does not mount the shared homes: /mnt/homes there is not the hub's "
+        "shared storage (the hub's marker is missing)",
+        "gpu-3": "node gpu-3 does not mount the shared homes: uid 1000 (the notebook user) "
+        "cannot write in its own folder of /mnt/homes there",
+    }
+    assert sorted(asked) == ["gpu-1", "gpu-2", "gpu-3"]
+    engine.unreachable()
+    assert len(asked) == 3  # not asked again within `every`
+    mounted.update({"gpu-2": 0, "gpu-3": 0})
+    nodes = engine.nodes()
+    assert watch.lost(nodes, 10**9) == {}  # the next look: mounted again
+    down = [*nodes[:2], replace(nodes[2], state="down")]
+    assert watch.lost(down, 2 * 10**9) == {} and len(asked) == 8  # a down node is not asked

@@ -247,6 +247,11 @@ def test_on_shared_storage_placement_is_free_and_the_files_are_everywhere(
     swarm: Swarm, shared_hub: Hub, shared: Path
 ):
     hub = shared_hub
+    # the hub asks every node whether it mounts the storage, and keeps none out (on the bed
+    # every node sees the host's folders: a node without the mount is the in-process tests')
+    said = f"shared homes {shared} mounted on n1, n2, n3"
+    hub.wait_for(lambda: said in hub.log(), timeout=90, what="each node asked")
+    assert hub.pool()["unreachable"] == {}
     hub.spawn_ready(ANN, profile="on-n1")
     assert run_in(swarm, hub, ANN, f"echo {RESULT!r} > ~/result.txt") == ("n1", "")
     folder = shared / ANN

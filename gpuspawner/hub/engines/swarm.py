@@ -146,7 +146,20 @@ class SwarmGPUSpawner(GPUSpawner, SwarmSpawner):
         return bool(self.network_name)
 
     def make_engine(self) -> Engine:
-        return SwarmEngine.connect(self.client_kwargs, self.tls_config)
+        """The manager's view; with `shared_homes`, nodes that do not mount that storage
+        (each asked every few minutes) are kept out of new starts."""
+        engine = SwarmEngine.connect(self.client_kwargs, self.tls_config)
+        if self.shared_homes:
+            uid, path = self.notebook_uid, self.shared_homes
+
+            def probe(node: SwarmNode) -> int | str:
+                token = shared_homes.token_of(path)  # (written at hub start: `check_storage`)
+                if not token:
+                    return f"the hub's host has no marker in {path}"
+                return shared_homes.probe_node(engine.client, node.id, self.image, path, token, uid)
+
+            engine.also_unreachable = shared_homes.MountWatch(probe, path, uid).lost
+        return engine
 
     def make_gpu_source(self, engine: Engine) -> GPUSource:
         if self.simulate_gpus or self.simulated_host:
