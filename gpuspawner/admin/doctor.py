@@ -160,35 +160,18 @@ def _swarm(spawner: Any) -> tuple[list[SwarmNode] | None, list[Finding]]:
 
 def _shared_homes_findings(spawner: Any, engine: Any, nodes: list[SwarmNode]) -> list[Finding]:
     """A line per ready node: whether it mounts the hub's shared storage for homes, asked by
-    a task on it (all nodes at once)."""
-    path = spawner.shared_homes
+    a task on it (all nodes at once), as the hub asks them."""
+    path, uid = spawner.shared_homes, spawner.notebook_uid
     try:
-        token = shared_homes.ready(path, spawner.notebook_uid, spawner.notebook_gid)
+        shared_homes.ready(path, uid, spawner.notebook_gid)
     except GPUConfigError as error:
         return [failed("Shared homes", str(error), "mount the shared storage on this host too")]
-    ready = [n for n in nodes if n.ready]
-    probe = partial(
-        shared_homes.probe_node,
-        engine.client,
-        image=spawner.image,
-        path=path,
-        token=token,
-        uid=spawner.notebook_uid,
-    )
-    with ThreadPoolExecutor() as pool:
-        answers = list(pool.map(lambda n: _answer(probe, n.id), ready))
+    by_name = {n.hostname: n for n in nodes}
+    answers = shared_homes.ask(shared_homes.prober(engine.client, spawner.image, path, uid), nodes)
     return [
-        swarmchecks.judge_shared_homes(n, path, spawner.notebook_uid, answer)
-        for n, answer in zip(ready, answers, strict=True)
+        swarmchecks.judge_shared_homes(by_name[name], path, uid, answer)
+        for name, answer in answers.items()
     ]
-
-
-def _answer(probe: Any, node_id: str) -> int | str:
-    try:
-        answer: int | str = probe(node_id)
-        return answer
-    except (DockerException, RequestException) as error:
-        return str(error)
 
 
 def _agent_finding(source: SwarmSource, node: SwarmNode) -> Finding:

@@ -21,7 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from docker.errors import DockerException
 from docker.types import Mount
+from requests.exceptions import RequestException
 
 from ..core.errors import GPUConfigError
 from . import node_tasks
@@ -57,7 +59,7 @@ def ready(path: str, uid: int, gid: int) -> str:
         if not marker.is_file():
             marker.write_text(secrets.token_hex(16) + "\n")
         make_folder(str(Path(path, PROBES)), uid, gid)
-        return marker.read_text().strip()
+        return token_of(path)
     except StorageProblem as problem:
         raise GPUConfigError(f"{SETTING}: {problem}") from None
     except OSError as error:
@@ -94,6 +96,33 @@ def probe_node(
         return node_tasks.outcome(client, task, timeout)
 
 
+Probe = Callable[[SwarmNode], int | str]  # one node's answer: 0, or what is wrong there
+
+
+def prober(client: Any, image: str, path: str, uid: int) -> Probe:
+    """`probe_node` with the storage's token as the hub's host reads it now; an engine that
+    does not answer is an answer too (the hub's monitor and the doctor go on)."""
+
+    def probe(node: SwarmNode) -> int | str:
+        token = token_of(path)
+        if not token:
+            return f"the hub's host has no marker in {path}"
+        try:
+            return probe_node(client, node.id, image, path, token, uid)
+        except (DockerException, RequestException) as error:
+            return str(error)
+
+    return probe
+
+
+def ask(probe: Probe, nodes: Sequence[SwarmNode]) -> dict[str, int | str]:
+    """Each ready node's answer, by hostname, all asked at once."""
+    ready = [n for n in nodes if n.ready]
+    with ThreadPoolExecutor(max_workers=max(1, len(ready))) as pool:
+        answers = list(pool.map(probe, ready))
+    return {node.hostname: answer for node, answer in zip(ready, answers, strict=True)}
+
+
 def why_not_shared(answer: int | str, path: str, uid: int) -> str:
     """A probe's answer other than 0, in words."""
     if answer == NOT_SHARED:
@@ -110,7 +139,7 @@ class MountWatch:
     server an empty home, so it is kept out of new starts (`SwarmEngine.unreachable`);
     its running servers are left alone."""
 
-    probe: Callable[[SwarmNode], int | str]
+    probe: Probe
     path: str
     uid: int
     every: float = 300.0
@@ -121,16 +150,14 @@ class MountWatch:
         """Node → why it is kept out of new starts, as the latest look found it."""
         if now - self._asked >= self.every:
             self._asked = now
-            ready = [n for n in nodes if n.ready]
-            with ThreadPoolExecutor(max_workers=max(1, len(ready))) as pool:
-                answers = list(pool.map(self.probe, ready))
+            answers = ask(self.probe, nodes)
             self._lost = {
-                node.hostname: f"node {node.hostname} does not mount the shared homes: "
+                node: f"node {node} does not mount the shared homes: "
                 + why_not_shared(answer, self.path, self.uid)
-                for node, answer in zip(ready, answers, strict=True)
+                for node, answer in answers.items()
                 if answer != 0
             }
-            mounted = sorted({n.hostname for n in ready} - set(self._lost))
+            mounted = sorted(set(answers) - set(self._lost))
             log.info("gpuspawner: shared homes %s mounted on %s", self.path, ", ".join(mounted))
             for why in self._lost.values():
                 log.warning("gpuspawner: %s: no new server goes there", why)

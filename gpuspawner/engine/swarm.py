@@ -160,13 +160,20 @@ def task_seen(
 class SwarmEngine:
     """A swarm, through a manager's docker-py low-level client (blocking calls)."""
 
-    def __init__(self, client: Any, removal_timeout: float = 30.0, poll: float = 0.25) -> None:
+    def __init__(
+        self,
+        client: Any,
+        removal_timeout: float = 30.0,
+        poll: float = 0.25,
+        also_unreachable: Callable[[list[SwarmNode], float], dict[str, str]] | None = None,
+    ) -> None:
+        """`also_unreachable`: nodes not to start on for want of something only a look on
+        them finds (the shared homes' mount: `shared_homes.MountWatch.lost`), given the
+        nodes and the monotonic clock."""
         self.client = client
         self.removal_timeout = removal_timeout  # how long remove_server waits for Swarm
         self.poll = poll
-        # nodes not to start on for want of something only a look on them finds (the shared
-        # homes' mount: `shared_homes.MountWatch.lost`), by the monotonic clock
-        self.also_unreachable: Callable[[list[SwarmNode], float], dict[str, str]] | None = None
+        self.also_unreachable = also_unreachable
 
     @classmethod
     def connect(

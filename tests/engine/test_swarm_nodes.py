@@ -66,13 +66,9 @@ def test_a_node_that_lost_the_shared_homes_mount_is_kept_out_of_new_starts_and_a
         asked.append(node.hostname)
         return mounted[node.hostname]
 
-    engine = SwarmEngine(
-        Manager(
-            node("a", "gpu-1", "ready"), node("b", "gpu-2", "ready"), node("c", "gpu-3", "ready")
-        )
-    )
     watch = MountWatch(probe, "/mnt/homes", 1000, every=300)
-    engine.also_unreachable = watch.lost
+    ready = [node(i, f"gpu-{n}", "ready") for n, i in enumerate("abc", 1)]
+    engine = SwarmEngine(Manager(*ready), also_unreachable=watch.lost)
     assert engine.unreachable() == {
         "gpu-2": "node gpu-2 does not mount the shared homes: /mnt/homes there is not the hub's "
         "shared storage (the hub's marker is missing)",

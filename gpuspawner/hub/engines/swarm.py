@@ -39,7 +39,7 @@ from ...devices.source import GPUSource
 from ...devices.swarm import TOKEN_VARIABLE, AgentAccess, SwarmSource
 from ...engine import home_move, shared_homes, storage
 from ...engine.base import Engine
-from ...engine.docker import LABEL_JOB
+from ...engine.docker import LABEL_JOB, api_client
 from ...engine.swarm import HOLDING, SwarmEngine, SwarmNode, isolate_service, read_node
 from ...engine.swarmspec import job_service
 from ..jobs.launch import Launch
@@ -148,18 +148,12 @@ class SwarmGPUSpawner(GPUSpawner, SwarmSpawner):
     def make_engine(self) -> Engine:
         """The manager's view; with `shared_homes`, nodes that do not mount that storage
         (each asked every few minutes) are kept out of new starts."""
-        engine = SwarmEngine.connect(self.client_kwargs, self.tls_config)
-        if self.shared_homes:
-            uid, path = self.notebook_uid, self.shared_homes
-
-            def probe(node: SwarmNode) -> int | str:
-                token = shared_homes.token_of(path)  # (written at hub start: `check_storage`)
-                if not token:
-                    return f"the hub's host has no marker in {path}"
-                return shared_homes.probe_node(engine.client, node.id, self.image, path, token, uid)
-
-            engine.also_unreachable = shared_homes.MountWatch(probe, path, uid).lost
-        return engine
+        client = api_client(self.client_kwargs, self.tls_config)
+        if not self.shared_homes:
+            return SwarmEngine(client)
+        uid, path = self.notebook_uid, self.shared_homes
+        probe = shared_homes.prober(client, self.image, path, uid)
+        return SwarmEngine(client, also_unreachable=shared_homes.MountWatch(probe, path, uid).lost)
 
     def make_gpu_source(self, engine: Engine) -> GPUSource:
         if self.simulate_gpus or self.simulated_host:
