@@ -44,7 +44,7 @@ from ..records.ledger import Ledger
 from ..records.line import LineRecord, Waited
 from .calendar import Calendar, GroupsOf, allocate_around
 from .counters import ALLOCATION_SECONDS
-from .homes import Homes
+from .homes import Homes, Mover
 from .jobs_part import JobsPart
 from .line import Line, WaitEnded
 from .machine import Machine
@@ -81,6 +81,7 @@ class Broker:
         calendar: CalendarRecord | None = None,
         groups_of: GroupsOf = lambda user: frozenset(),
         homes: HomeRecord | None = None,
+        home_mover: Mover | None = None,
     ) -> None:
         """`limits_of`: a user's limits by id, for the line's estimates of when GPUs free up.
         `calendar`: where bookings and drains are written; `groups_of`: a user's groups.
@@ -102,7 +103,7 @@ class Broker:
         self._half_life = half_life  # of recent use, which orders the waiting line
         self._jobs: JobsPart | None = None  # the hub's jobs, once read back (`serve_jobs`)
         self.calendar = Calendar(site, clock, calendar, groups_of)  # bookings and drains
-        self.homes = Homes(homes)  # which node holds each user's home, on a swarm
+        self.homes = Homes(homes, home_mover)  # which node holds each user's home, on a swarm
         self._line = Line(
             self._pool,
             self._idle,
@@ -309,11 +310,11 @@ class Broker:
                 holder, profile.slug, profile.display_name, request, limits
             )
         except (LimitExceeded, NotEnoughGPUs, WaitEnded) as error:
-            raise refused(profile, error, self.said_to(holder.user)) from None
+            raise refused(profile, error, self.said_to(holder.user, limits)) from None
 
-    def said_to(self, user: str) -> list[str]:
+    def said_to(self, user: str, limits: UserLimits) -> list[str]:
         """What keeps free GPUs from `user` now, in words: windows open now, their home."""
-        return [*self.calendar.said_to(user, 0.0), *self.homes.said_to(user)]
+        return [*self.calendar.said_to(user, 0.0), *self.homes.said_to(user, limits)]
 
     def take_now(
         self,

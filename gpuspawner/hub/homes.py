@@ -37,11 +37,11 @@ class Mover(Protocol):
 
 
 class Homes:
-    def __init__(self, record: HomeRecord | None = None) -> None:
-        self.record = record
+    def __init__(self, record: HomeRecord | None = None, mover: Mover | None = None) -> None:
+        """`mover`: the engine adapter's, where homes are each node's own (`move`)."""
+        self.record, self.mover = record, mover
         self._homes: dict[str, Home] = record.all() if record is not None else {}
         self._moving: set[str] = set()  # users whose home is being copied to another node
-        self.mover: Mover | None = None  # set at hub start, where homes are each node's own
 
     @property
     def on_nodes(self) -> bool:
@@ -110,9 +110,11 @@ class Homes:
         home = self._homes.get(user)
         return limits if home is None else limits.at_home(home.node)
 
-    def said_to(self, user: str) -> list[str]:
+    def said_to(self, user: str, limits: UserLimits) -> list[str]:
+        """Where their files are, where `limits` keep them there (not where their groups
+        do not allow that node)."""
         home = self._homes.get(user)
-        return [said_of(home)] if home is not None else []
+        return [said_of(home)] if home is not None and limits.home == home.node else []
 
 
 class MoveFailed(Exception):

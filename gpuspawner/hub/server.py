@@ -285,10 +285,11 @@ class GPUServer(GPUSettings, EngineSpawner):
     async def progress(self) -> Any:
         line, key = self.broker.line, self.orm_spawner.id
         first = None
+        limits = self.user_limits()
         async for status in line_status.watch(line, key, self.reserved):
             place = line.place_of(key) or 1
             first = first or place
-            message = " ".join([status, *self.broker.said_to(self.user.name)])
+            message = " ".join([status, *self.broker.said_to(self.user.name, limits)])
             yield {"progress": line_status.progress_in_line(first, place), "message": message}
         await self.reserved.wait()
         grant = self.current_start.grant if self.current_start is not None else None

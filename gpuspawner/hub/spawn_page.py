@@ -55,7 +55,7 @@ def render(
         holdings=form.holdings(limits, user.id, pool),
         budget=budget.words(),
         calendar=broker.calendar.said_to(user.name, limits.duration("max_age").value),
-        home=broker.homes.said_to(user.name),
+        home=broker.homes.said_to(user.name, limits),
         away_from=limits.home or "",
         images=images,
         notices=notices.rows(

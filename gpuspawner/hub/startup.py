@@ -168,10 +168,9 @@ async def start_broker(app: Any, spawner_class: Any = None) -> Broker:
         half_life=spawner.usage_half_life_days * 24 * 3600,
         calendar=CalendarRecord(spawner.usage_ledger_file),
         homes=HomeRecord(spawner.usage_ledger_file) if spawner.homes_on_nodes else None,
+        home_mover=spawner.home_mover(engine) if spawner.homes_on_nodes else None,
         groups_of=functools.partial(_groups_of, app),
     )
-    if spawner.homes_on_nodes:
-        broker.homes.mover = spawner.home_mover(engine)
     _end_previous_line(app, broker)
     parker = _parker(broker, parks, app.log)
     record = JobRecord(spawner.usage_ledger_file)

@@ -123,7 +123,9 @@ async def test_a_server_placed_elsewhere_leaves_the_home_where_it_is(broker):
 async def test_a_home_on_a_machine_the_users_groups_do_not_allow_keeps_them_on_theirs(broker, db):
     """The course may use only "old"; a home on "new" (from before) cannot pin it there."""
     home_on(broker, "ann", "new")
-    assert node_of(await take(spawner_of(db, "ann", "course"), "gpu-1")) == "old"
+    ann = spawner_of(db, "ann", "course")
+    assert "Your files are on new" not in ann._render_form()  # it would not be true
+    assert node_of(await take(ann, "gpu-1")) == "old"
 
 
 async def test_on_one_host_or_shared_storage_nothing_is_pinned(db):
