@@ -5,6 +5,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+from artefacts import track_browser
 from selenium import webdriver
 from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.chrome.options import Options
@@ -38,7 +39,10 @@ def chromium() -> webdriver.Chrome:
     for flag in FLAGS:
         options.add_argument(flag)
     options.add_argument(f"--user-data-dir={tempfile.mkdtemp(prefix='gpuspawner-chromium-')}")
-    return webdriver.Chrome(options=options, service=Service("/usr/bin/chromedriver"))
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})  # for a failure's artefacts
+    driver = webdriver.Chrome(options=options, service=Service("/usr/bin/chromedriver"))
+    track_browser(driver)
+    return driver
 
 
 def log_in(driver: webdriver.Chrome, hub_url: str, user: str, password: str) -> None:

@@ -4,6 +4,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import artefacts
 import docker
 import pytest
 from browser import chromium
@@ -47,6 +48,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         fixtures = getattr(item, "fixturenames", ())
         if "hub_factory" in fixtures:
             item.add_marker(pytest.mark.docker)
+        if "browser" in fixtures:
+            item.add_marker(pytest.mark.browser)
         item.add_marker(pytest.mark.xdist_group(worker_group(item, fixtures)))
     wanted = config.getoption("engine_alone")
     if wanted == "include":
@@ -55,6 +58,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     keep = [item for item in items if bool(item.get_closest_marker("engine_alone")) == only]
     config.hook.pytest_deselected(items=[item for item in items if item not in keep])
     items[:] = keep
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """A failing test on real hubs or in a browser saves what it saw (tests/artefacts.py)
+    and says where, with the gist, in its report."""
+    report = yield
+    real = any(item.get_closest_marker(m) for m in ("docker", "swarm", "browser"))
+    if report.failed and call.when in ("setup", "call") and real:
+        report.sections.append(("what the test saw", artefacts.save(item.nodeid, call.when)))
+    return report
 
 
 @pytest.fixture

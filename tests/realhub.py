@@ -32,6 +32,7 @@ from typing import Any
 
 import docker
 import requests
+from artefacts import track_hub
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpuspawner.engine.docker import bridge_gateway
@@ -211,6 +212,7 @@ class Hub:
         SESSION_PROXY_PORTS.add(re.search(r'api_url = "http://127.0.0.1:(\d+)"', full).group(1))
         self.log_file = self.workdir / "hub.log"
         self.docker = docker.from_env()
+        track_hub(self)  # its log in a failure's artefacts
 
     # --- process -----------------------------------------------------------
     def start(self, wait: bool = True) -> Hub:
