@@ -122,6 +122,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--interval", type=float, default=2.0, help="seconds between looks (default: 2)"
     )
     simulate.add_argument("--once", action="store_true", help="write it once, then exit")
+    simulate.add_argument(
+        "hub_arguments",
+        nargs="*",
+        metavar="-- JUPYTERHUB-ARGUMENTS",
+        help="after --: the settings given to jupyterhub on its command line "
+        "(--DockerSpawner.prefix=demo-b), which override the config file's as they do the hub's",
+    )
 
     usage = commands.add_parser(
         "usage",

@@ -10,14 +10,17 @@ from __future__ import annotations
 
 import traceback
 import urllib.parse
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from jupyterhub.app import JupyterHub
+from jupyterhub.app import aliases as hub_aliases
+from jupyterhub.app import flags as hub_flags
 from jupyterhub.objects import Hub
 from traitlets.config import Config
-from traitlets.config.loader import PyFileConfigLoader
+from traitlets.config.loader import ArgumentError, KVArgParseConfigLoader, PyFileConfigLoader
 
 from ..config.settings import GPUSettings
 from ..config.site import gpu_source as configured_source
@@ -109,10 +112,14 @@ class HubConfig:
         )
 
 
-def load(path: Path, simulate_gpus: int | None = None) -> HubConfig:
+def load(
+    path: Path, simulate_gpus: int | None = None, hub_arguments: Sequence[str] = ()
+) -> HubConfig:
     """Run the config file and build the GPUSpawner it configures.
 
-    `simulate_gpus` overrides the file's `c.GPUSpawner.simulate_gpus`.
+    `simulate_gpus` overrides the file's `c.GPUSpawner.simulate_gpus`; `hub_arguments`
+    are settings as `jupyterhub` takes them on its command line (`--DockerSpawner.prefix=x`),
+    which override the file's as they do the hub's.
     """
     if not path.is_file():
         raise ConfigError(f"{path} does not exist")
@@ -122,6 +129,7 @@ def load(path: Path, simulate_gpus: int | None = None) -> HubConfig:
         raise ConfigError(
             f"{path}{_line_of(error, path)}: {type(error).__name__}: {error}"
         ) from None
+    config.merge(_command_line(hub_arguments))
     if simulate_gpus is not None:
         config.GPUSpawner.simulate_gpus = simulate_gpus
         config.GPUSpawner.simulated_host = []  # the command line's simulation replaces the file's
@@ -144,6 +152,19 @@ def gpu_source(site: HubConfig | None, simulate: int | None, load_file: str = ""
     if site is None:
         return configured_source(count, load_file, host)
     return configured_source(count, load_file, host, site.spawner.simulated_machine)
+
+
+def _command_line(arguments: Sequence[str]) -> Config:
+    """Settings from jupyterhub's command line, read as JupyterHub reads them (its aliases
+    and flags: `--port 8001`, `--debug`)."""
+    loader = KVArgParseConfigLoader(list(arguments), aliases=hub_aliases, flags=hub_flags)
+    try:
+        return loader.load_config()
+    except (ArgumentError, SystemExit):  # argparse has said which one, on stderr
+        raise ConfigError(
+            f"jupyterhub would not take {' '.join(arguments)!r}: give settings as "
+            "--Class.trait=value, or jupyterhub's own options"
+        ) from None
 
 
 def _spawner_class(config: Config, path: Path) -> type[Any]:

@@ -41,7 +41,7 @@ JOB = {"memory_gib": 20, "utilization_percent": 95}  # a training run
 
 def main(args: argparse.Namespace) -> int:
     try:
-        site = hubconfig.load(args.config or hubconfig.DEFAULT_PATH)
+        site = hubconfig.load(args.config or hubconfig.DEFAULT_PATH, None, args.hub_arguments)
     except hubconfig.ConfigError as error:
         print(f"gpuspawner simulate: {error}", file=sys.stderr)
         return 1

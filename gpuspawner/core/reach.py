@@ -6,7 +6,9 @@ index, as Docker's nvidia driver writes NVIDIA_VISIBLE_DEVICES=0,1; `--gpus
 all`: -1), CDI names (`nvidia.com/gpu=1`), an NVIDIA runtime reading the
 container's NVIDIA_VISIBLE_DEVICES, or device nodes and privileged mode. A GPU
 is free only when no container can reach it, so where it cannot be known which
-GPUs a container reaches, it reaches them all.
+GPUs a container reaches, it reaches them all — on a real machine. A simulated machine's
+GPUs exist only by the names it gives them, so there a name it does not know is another
+simulated machine's GPU, and reaches none of its own.
 """
 
 from __future__ import annotations
@@ -36,8 +38,12 @@ class Reach:
     def __or__(self, other: Reach) -> Reach:
         return Reach(self.ids | other.ids, max(self.first, other.first), self.every or other.every)
 
-    def uuids(self, by_index: Mapping[str, str], known: Sequence[str]) -> frozenset[str]:
-        """The UUIDs among `known`, with indices resolved by `by_index` (index text → UUID)."""
+    def uuids(
+        self, by_index: Mapping[str, str], known: Sequence[str], names_only: bool = False
+    ) -> frozenset[str]:
+        """The UUIDs among `known`, with indices resolved by `by_index` (index text → UUID).
+        `names_only`: the machine's GPUs are reached only by their own names (a simulated
+        machine), so a name it does not know reaches none of them."""
         if self.every:
             return frozenset(known)
         found = {by_index[str(i)] for i in range(self.first) if str(i) in by_index}
@@ -46,7 +52,7 @@ class Reach:
             if colon and gpu.isdigit() and instance.isdigit():
                 device = gpu
             uuid = by_index.get(device, device)
-            if uuid not in known and not device.isdigit():
+            if uuid not in known and not device.isdigit() and not names_only:
                 return frozenset(known)  # a name this host does not know: assume the worst
             found.add(uuid)
         return frozenset(u for u in found if u in known)

@@ -48,6 +48,8 @@ class NvmlSource:
     until the hub restarts, since NVML never reports such a GPU mended.
     """
 
+    names_only = False  # a device name the driver does not know may still reach a GPU
+
     def __init__(self, nvml: Any = pynvml) -> None:
         self._nvml = nvml
         self._lock = threading.Lock()

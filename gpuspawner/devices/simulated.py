@@ -59,6 +59,7 @@ class SimulatedSource:
 
     MODEL = "NVIDIA H100 80GB HBM3"
     MEMORY_BYTES = 80 * 2**30
+    names_only = True  # another simulated machine's GPUs are none of this one's
     IDLE = Telemetry(0.0, 0, 34.0, 70.0)
 
     def __init__(

@@ -20,6 +20,12 @@ log = logging.getLogger("gpuspawner")
 class GPUSource(Protocol):
     """Where the inventory, the wiring and the telemetry come from."""
 
+    # Whether a container reaches this source's GPUs only by the names the source gives
+    # them (a simulated machine: its GPUs exist nowhere else). On real GPUs a device name
+    # the driver does not know may still reach a GPU (a MIG instance made again, say), so
+    # a container naming one is taken as reaching them all.
+    names_only: bool
+
     def list_gpus(self) -> list[GPU]:
         """The GPUs as they are now, each with its MIG instances if in MIG mode."""
         ...
@@ -38,6 +44,7 @@ class Inventory:
     excluded: list[GPU]
     ambiguous: list[GPU]
     shared: Mapping[str, Sharing] = field(default_factory=dict)  # by GPU UUID
+    names_only: bool = False  # its source's: see GPUSource
 
     @property
     def units(self) -> list[Unit]:
@@ -61,7 +68,7 @@ class Inventory:
         nodes = {g.node for g in (*self.gpus, *self.excluded)}
         where = sorted(nodes) if node == "" and node not in nodes else [node]
         return frozenset().union(
-            *(reach.uuids(self.uuid_by_index(n), self.machine(n)) for n in where)
+            *(reach.uuids(self.uuid_by_index(n), self.machine(n), self.names_only) for n in where)
         )
 
     def _on(self, node: str | None) -> list[GPU]:
@@ -106,4 +113,5 @@ def discover(
         excluded=[g for g in found if g.uuid not in twice and is_excluded(g)],
         ambiguous=[g for g in found if g.uuid in twice],
         shared=sharing,
+        names_only=source.names_only,
     )

@@ -82,6 +82,8 @@ class SwarmSource:
     indexed in the order the node lists them (daemon.json's, which NVIDIA's guide writes
     in nvidia-smi's order); their telemetry from each node's agent."""
 
+    names_only = False  # the nodes' GPUs are real ones (see NvmlSource)
+
     def __init__(
         self, nodes: Callable[[], Iterable[AdvertisingNode]], agents: AgentAccess = AgentAccess()
     ) -> None:

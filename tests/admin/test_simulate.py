@@ -75,3 +75,20 @@ def test_a_person_who_joined_a_gpu_in_turns_runs_no_cuda_process_until_woken():
 
     load = work([container(2, "gina", 200.0), container(1, "frank", 100.0)], "jupyter")
     assert load == {uuid: {"processes": [{"container": "id-frank", **PERSON}]}}
+
+
+@pytest.mark.docker
+def test_the_hubs_command_line_settings_reach_it_as_they_reach_the_hub(tmp_path):
+    """scripts/hub passes its arguments to both: a demo hub started with another prefix is
+    the one whose servers it plays."""
+    config = tmp_path / "jupyterhub_config.py"
+    config.write_text('c.JupyterHub.spawner_class = "gpu"\n')
+    load = tmp_path / "load.json"
+    settings = ["--DockerSpawner.prefix=demo-b", f"--GPUSpawner.simulated_load_file={load}"]
+    done = gpuspawner(
+        "simulate", "-f", str(config), "--once", "--", *settings, "--debug", cwd=tmp_path
+    )
+    assert f"the work of demo-b's servers into {load}" in done.stdout, done.stderr
+    refused = gpuspawner("simulate", "-f", str(config), "--once", "--", "--nonsense", cwd=tmp_path)
+    assert refused.returncode == 1
+    assert "jupyterhub would not take '--nonsense'" in refused.stderr

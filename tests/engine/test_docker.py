@@ -254,6 +254,17 @@ def test_every_way_a_container_reaches_gpus_is_read(host_config, reached):
     assert engine.reach(inspected(**host_config)).uuids(BY_INDEX, MACHINE) == set(reached)
 
 
+def test_a_name_a_real_machine_does_not_know_reaches_all_of_it_a_simulated_ones_none():
+    """On real GPUs an unknown device name may still reach a GPU (a MIG instance made again),
+    so it counts as every GPU; a simulated machine's GPUs exist only by their own names, so
+    another simulated machine's GPU is none of its own (two demo hubs on one engine)."""
+    elsewhere = engine.reach(
+        inspected(DeviceRequests=[{"Driver": "nvidia", "DeviceIDs": ["GPU-elsewhere", "1"]}])
+    )
+    assert elsewhere.uuids(BY_INDEX, MACHINE) == set(MACHINE)
+    assert elsewhere.uuids(BY_INDEX, MACHINE, names_only=True) == {"GPU-b"}  # its index stays
+
+
 def test_an_nvidia_runtime_reads_the_containers_visible_devices():
     container = inspected(Runtime="nvidia")
     container["Config"]["Env"] = ["NVIDIA_VISIBLE_DEVICES=1,GPU-d"]

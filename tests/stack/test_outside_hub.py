@@ -22,7 +22,7 @@ from pathlib import Path
 import docker
 import pytest
 from books import assert_books_hold
-from realhub import BASE_IMAGE, LIGHT_SERVER, Hub
+from realhub import BASE_IMAGE, LIGHT_SERVER, SIMULATED_MACHINE, Hub
 
 from gpuspawner.engine.base import LookPast
 from gpuspawner.engine.docker import DockerEngine
@@ -137,3 +137,33 @@ def test_a_monitoring_container_the_admin_names_keeps_nothing_out_and_is_not_ins
             hub.docker.api.remove_container(container_id, force=True)
         hub.docker.images.remove(exporter_image)
     hub.wait_for(lambda: hub.pool()["free"] == 4, what="the GPU back after the job went")
+
+
+def test_two_hubs_that_simulate_two_machines_on_one_engine_leave_each_other_alone(
+    hub: Hub, hub_factory
+):
+    """c.GPUSpawner.simulated_machine's promise: another name is another machine, whose
+    servers reach none of this one's GPUs (they used to count as reaching them all)."""
+    other = hub_factory(CONFIG + f"c.GPUSpawner.simulated_machine = '{SIMULATED_MACHINE}-b'\n")
+    other.add_users("bob")
+    other.spawn_ready("bob", profile="gpu-1")
+    ours, theirs = ([g["uuid"] for g in h.pool()["gpus"]] for h in (hub, other))
+    assert not set(other.held_uuids("bob")) & set(ours)  # another machine's UUIDs
+    started = []
+    try:
+        # A colleague's container on each machine's last GPU, started after the other
+        # machine's server: once a hub's monitor sees its colleague, it has looked at that
+        # server too, and only the colleague keeps a GPU out.
+        started.append(hub.docker_run("colleague", "--gpus", f"device={ours[3]}"))
+        hub.wait_for(lambda: hub.used_outside(), what="the monitor's look at both containers")
+        assert hub.used_outside() == {ours[3]: f"container {hub.prefix}-colleague"}
+        hub.spawn_ready("ann", profile="gpu-1")
+        started.append(other.docker_run("colleague", "--gpus", f"device={theirs[3]}"))
+        other.wait_for(lambda: other.used_outside(), what="the monitor's look at both")
+        assert other.used_outside() == {theirs[3]: f"container {other.prefix}-colleague"}
+        assert other.pool()["free"] == 2  # bob's and the colleague's: ann's is another's
+        hub.stop_server("ann")
+    finally:
+        for container_id in started:
+            hub.docker.api.remove_container(container_id, force=True)
+    other.stop_server("bob")
