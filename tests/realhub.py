@@ -6,9 +6,10 @@ admins do: the REST API, the login and spawn pages, `docker inspect`.
 
 Under pytest-xdist the workers share one dockerd. Each worker's names start with its own
 tag (`unique_prefix`), its ports come from its own range (`free_port`), and its hubs
-simulate a machine of their own (`SIMULATED_MACHINE`: GPU UUIDs no other worker has) and
-ignore the other workers' containers (`OTHER_WORKERS`), which are GPU use on another
-machine, not on this one. Within a worker, hubs see each other's containers as they would
+simulate a machine of their own (`SIMULATED_MACHINE`: GPU UUIDs no other worker has, so
+their servers reach none of each other's GPUs) and ignore the other workers' containers
+(`OTHER_WORKERS`): a container started by hand with `--gpus all` or a GPU index would reach
+every simulated machine's GPUs by index, though it is use on another machine. Within a worker, hubs see each other's containers as they would
 on one GPU server.
 """
 
@@ -442,8 +443,8 @@ class Hub:
 
     def docker_run(self, name: str, *options: str, image: str = BASE_IMAGE) -> str:
         """A container started by hand with the docker command, as a colleague would. Named
-        after the hub: the other workers' hubs ignore it only so (to them its GPU UUIDs are
-        unknown, so it would reach every GPU of theirs)."""
+        after the hub: the other workers' hubs ignore it only so (one started with an index
+        or `--gpus all` would reach their GPUs too)."""
         command = ["docker", "run", "-d", "--rm", "--name", f"{self.prefix}-{name}", *options]
         return subprocess.run(
             [*command, image, "sleep", "300"], check=True, capture_output=True, text=True
