@@ -3,7 +3,9 @@
 The durable record of who holds what is the containers' labels and device requests:
 each running server of this hub keeps the GPUs it holds; a server JupyterHub says
 ended is removed, its GPUs held (stopping) until the engine confirms it gone; anything
-else that reaches a GPU keeps it out of the pool. A server whose GPU work the
+else that reaches a GPU keeps it out of the pool. The servers JupyterHub says run are
+adopted first, so that a stale container of an ended server (or one forged with access
+to Docker) never takes a live server's GPUs: it is removed, holding nothing. A server whose GPU work the
 checkpoint driver holds parked (its word, read by `hub.parking` before this) is
 adopted parked: bound to its GPUs, which another server may hold meanwhile. The usage
 ledger closes the grants that ended while the hub was away.
@@ -53,7 +55,7 @@ def adopt(
     log: logging.Logger,
 ) -> None:
     """Adopt the GPUs of `hub`'s running servers (see `Broker.recover`)."""
-    for container in containers:
+    for container in sorted(containers, key=lambda seen: known.ids_of(seen) is None):
         if container.label_problem:
             log.error(
                 "gpuspawner: container %s has unreadable labels (%s): not adopted; "
@@ -83,6 +85,16 @@ def adopt(
                 holder, held, labels.since, labels.quota_group, parked, labels.turns and not job
             )
         except AlreadyHolding as conflict:
+            if ending:
+                removals.remove_stray(ids[0], container.id)
+                log.warning(
+                    "gpuspawner: container %s runs, but JupyterHub says %s ended, and %s: it is "
+                    "removed, and holds nothing meanwhile",
+                    container.name,
+                    holder.name,
+                    conflict,
+                )
+                continue
             log.error(
                 "gpuspawner: container %s not adopted: %s; those GPUs stay out of the "
                 "pool while it runs",

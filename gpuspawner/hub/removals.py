@@ -36,10 +36,21 @@ class Removals:
         self._returned = returned  # GPUs came back: the waiting line's pass, a job's end
         self._containers: dict[int, set[str]] = {}  # grant key → container ids known to hold it
         self._removing: dict[int, asyncio.Task[None]] = {}
+        self._strays: set[int] = set()  # ended servers' containers that hold no grant
 
     def note(self, key: int, container_id: str) -> None:
         """`container_id` holds grant `key`: removing the grant's server removes it too."""
         self._containers.setdefault(key, set()).add(container_id)
+
+    def remove_stray(self, key: int, container_id: str) -> None:
+        """A container of server `key`, which JupyterHub says ended, on GPUs another server
+        holds (so it was not adopted): removed all the same, asked again each monitor tick
+        until the engine confirms it gone. It has no grant to release; while it runs, the
+        monitor keeps what it reaches out of the pool."""
+        self.note(key, container_id)
+        self._strays.add(key)
+        if key not in self._removing:
+            self._start_removal(key)
 
     def start(
         self, key: int, container_id: str = "", after: Future[object] | None = None
@@ -71,9 +82,9 @@ class Removals:
         """Ask the engine again to remove every ended server's container it has not confirmed
         gone. Each monitor tick, whether or not the engine could list the containers: one it
         cannot inspect (a 500) may still be removed, and that confirmed by a listing."""
-        for grant in self._pool.grants():
-            if grant.stopping and grant.key not in self._removing:
-                self._start_removal(grant.key)
+        ended = {grant.key for grant in self._pool.grants() if grant.stopping} | self._strays
+        for key in sorted(ended - set(self._removing)):
+            self._start_removal(key)
 
     def cancel(self) -> None:
         for task in list(self._removing.values()):
@@ -95,7 +106,14 @@ class Removals:
                 self._release(key)
                 return
             grant = self._pool.grant_of(key)
-            if grant is not None:
+            if key in self._strays:
+                self._log.warning(
+                    "gpuspawner: Docker has not confirmed container(s) %s of ended server %s "
+                    "gone; asking again at the next monitor tick",
+                    ", ".join(c[:12] for c in sorted(self._containers.get(key, ()))),
+                    key,
+                )
+            elif grant is not None:
                 self._log.warning(
                     "gpuspawner: %s ended, but Docker has not confirmed its container gone: "
                     "GPU(s) %s stay held (stopping); asking again at the next monitor tick",
@@ -108,6 +126,7 @@ class Removals:
     def _release(self, key: int) -> None:
         released = self._pool.release(key)
         self._containers.pop(key, None)
+        self._strays.discard(key)
         if released is None:
             return
         if self._ledger is not None:

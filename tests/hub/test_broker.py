@@ -5,8 +5,10 @@ reader); the broker's calls to Docker itself are tested in-process on the real
 engine (tests/hub/test_inprocess.py) and on the real stack (tests/stack).
 """
 
+import asyncio
 import dataclasses
 import logging
+import threading
 
 import pytest
 from brokers import a_broker
@@ -91,9 +93,11 @@ class Removals:
 
     def __init__(self):
         self.asked = []
+        self.was_asked = threading.Event()
 
     def remove_server(self, hub, spawner_id, container_ids=()):
         self.asked.append((hub, spawner_id, container_ids))
+        self.was_asked.set()
         return False
 
 
@@ -110,6 +114,29 @@ async def test_a_server_the_database_says_ended_is_removed_its_gpus_held_until_g
     assert not await broker.settled(ANN.spawner_id)  # waits for that removal: not confirmed
     assert engine_calls.asked == [(HUB, ANN.spawner_id, ("jupyter-ann",))]
     assert broker.pool.states()[u[0]] is DeviceState.STOPPING  # Docker did not confirm it
+    broker.executor.shutdown(wait=False)
+
+
+async def test_a_stale_container_listed_first_never_takes_a_live_servers_gpu(caplog):
+    """After a restart, a container of an ended server (stale, or forged by someone with
+    access to Docker) on a GPU a running job holds: Docker lists it first, yet the job keeps
+    its GPU, and the stale one is removed, holding nothing."""
+    engine_calls = Removals()
+    broker = a_broker(gpus=2, engine=engine_calls)
+    u = broker.pool.ids
+    job = Holder(3, 11, "bob", "job-7", job=True)
+    stale = Holder(8, 11, "bob", "job-6")
+    broker.recover(
+        [ours(stale, (u[0],), "jupyter-bob--job-6"), ours(job, (u[0],), "job")], known(job)
+    )
+    assert broker.pool.grant_of(job.spawner_id).uuids == (u[0],)
+    assert not broker.pool.grant_of(job.spawner_id).stopping
+    assert broker.pool.grant_of(stale.spawner_id) is None
+    assert "container jupyter-bob--job-6 runs, but JupyterHub says bob/job-6 ended" in caplog.text
+    assert await asyncio.to_thread(engine_calls.was_asked.wait, 10)
+    assert engine_calls.asked == [(HUB, stale.spawner_id, ("jupyter-bob--job-6",))]
+    broker.note_containers([ours(stale, (u[0],), "jupyter-bob--job-6")], {})
+    assert broker.pool.states()[u[0]] is DeviceState.ALLOCATED  # the job's, as before
     broker.executor.shutdown(wait=False)
 
 

@@ -177,3 +177,24 @@ def test_a_container_of_this_hub_that_jupyterhub_says_ended_is_removed_at_start(
     )
     hub.wait_for(lambda: hub.gpu_states()[gpu] == "free", what="its GPU back in the pool")
     assert f"container {name} runs, but JupyterHub says ghost/left-over ended" in hub.log()[since:]
+
+
+def test_a_stale_container_on_a_running_servers_gpu_never_displaces_it_at_start(hub: Hub):
+    """A container of a server JupyterHub says ended (left over, or forged by someone with
+    Docker access), made while the hub was down on the GPU a running server holds: Docker
+    lists it first, but the running server keeps its GPU and the stale one is removed."""
+    hub.spawn_ready("cat", profile="gpu-1")
+    [cats] = hub.held_uuids("cat")
+    hub.kill()
+    name = stray(hub, "stale", cats)
+    since = restart(hub)
+    hub.wait_for(
+        lambda: not hub.docker.containers.list(all=True, filters={"name": name}),
+        what="the stale container removed",
+    )
+    assert not not_adopted_lines(hub, since)
+    assert f"container {name} runs, but JupyterHub says ghost/stale ended" in hub.log()[since:]
+    found_running(hub, "cat")
+    assert hub.held_by("cat") == [cats]
+    hub.stop_server("cat")
+    hub.wait_for(lambda: hub.pool()["free"] == 4, what="every GPU back once cat's server went")
