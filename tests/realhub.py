@@ -1,16 +1,16 @@
 """A real JupyterHub (its own process, configurable-http-proxy, dockerd) for the tests.
 
-Each hub gets its own folder, ports and container prefix, so hubs in one
-test run never see each other's servers. Tests talk to it as users and
-admins do: the REST API, the login and spawn pages, `docker inspect`.
+Each hub gets its own folder, ports and container prefix, so hubs in one test run never
+see each other's servers. Tests talk to it as users and admins do: the REST API, the
+login and spawn pages, `docker inspect`.
 
 Under pytest-xdist the workers share one dockerd. Each worker's names start with its own
 tag (`unique_prefix`), its ports come from its own range (`free_port`), and its hubs
 simulate a machine of their own (`SIMULATED_MACHINE`: GPU UUIDs no other worker has, so
 their servers reach none of each other's GPUs) and ignore the other workers' containers
-(`OTHER_WORKERS`): a container started by hand with `--gpus all` or a GPU index would reach
-every simulated machine's GPUs by index, though it is use on another machine. Within a worker, hubs see each other's containers as they would
-on one GPU server.
+(`OTHER_WORKERS`): a container started by hand with `--gpus all` or a GPU index would
+reach every simulated machine's GPUs by index, though it is use on another machine.
+Within a worker, hubs see each other's containers as they would on one GPU server.
 """
 
 from __future__ import annotations

@@ -6,18 +6,12 @@ imports only the core, so that process loads no more of gpuspawner than it uses.
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Any
 
 CULLER_CONFIG = str(Path(__file__).with_name("idle_culler_config.py"))
-# jupyterhub-idle-culler's main, ending on the SIGINT the hub stops it with even where the hub
-# was started with SIGINT ignored (as a shell's background job is, and every child inherits):
-# the hub would otherwise wait its 30 s interrupt_timeout for it at every stop.
-CULLER_MAIN = (
-    "import signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
-    "from jupyterhub_idle_culler import main; main()"
-)
 CULLER_SCOPES = [
     "list:users",
     "read:users:activity",
@@ -39,12 +33,14 @@ def idle_culler_service(
         "name": name,
         "command": [
             sys.executable,
-            "-c",
-            CULLER_MAIN,
+            "-m",
+            "gpuspawner.hub.culler_process",  # the culler's main, ending with its hub
             f"--timeout={timeout}",
             f"--cull-every={cull_every}",
             f"--config={CULLER_CONFIG}",
         ],
+        # the config is read in the hub's own process: the culler ends when this one does
+        "environment": {"GPUSPAWNER_HUB_PID": str(os.getpid())},
     }
     role = {"name": name, "scopes": CULLER_SCOPES, "services": [name]}
     return service, role

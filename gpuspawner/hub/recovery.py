@@ -1,14 +1,14 @@
 """A hub's start: the books rebuilt from the engine's word (the broker's `recover`).
 
-The durable record of who holds what is the containers' labels and device requests:
-each running server of this hub keeps the GPUs it holds; a server JupyterHub says
-ended is removed, its GPUs held (stopping) until the engine confirms it gone; anything
-else that reaches a GPU keeps it out of the pool. The servers JupyterHub says run are
-adopted first, so that a stale container of an ended server (or one forged with access
-to Docker) never takes a live server's GPUs: it is removed, holding nothing. A server whose GPU work the
-checkpoint driver holds parked (its word, read by `hub.parking` before this) is
-adopted parked: bound to its GPUs, which another server may hold meanwhile. The usage
-ledger closes the grants that ended while the hub was away.
+The durable record of who holds what is the containers' labels and device requests: each
+running server of this hub keeps the GPUs it holds; a server JupyterHub says ended is
+removed, its GPUs held (stopping) until the engine confirms it gone; anything else that
+reaches a GPU keeps it out of the pool. The servers JupyterHub says run are adopted
+first, so that a stale container of an ended server (or one forged with access to
+Docker) never takes a live server's GPUs: it is removed, holding nothing. A server whose
+GPU work the checkpoint driver holds parked (its word, read by `hub.parking` before
+this) is adopted parked: bound to its GPUs, which another server may hold meanwhile. The
+usage ledger closes the grants that ended while the hub was away.
 """
 
 from __future__ import annotations

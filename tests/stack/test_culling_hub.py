@@ -2,6 +2,8 @@
 service, the hub's GPU monitor, simulated GPUs made busy or idle through their load file."""
 
 import json
+import os
+import select
 import signal
 import threading
 from datetime import UTC, datetime
@@ -138,14 +140,7 @@ def test_the_hub_stops_its_culler_with_sigint_even_when_started_with_sigint_igno
         hub.start()
     finally:
         signal.signal(signal.SIGINT, inherited)
-    [culler] = hub.wait_for(
-        lambda: [
-            pid
-            for pid, command in processes_in({hub.workdir.resolve()}).items()
-            if "jupyterhub_idle_culler" in command
-        ],
-        what="the culler running",
-    )
+    [culler] = hub.wait_for(lambda: cullers(hub), what="the culler running")
     # once it has asked the hub for the users (its first cull): a SIGINT during the
     # interpreter's own start, before the culler's main runs, still meets SIGINT ignored
     hub.wait_for(lambda: "/hub/api/users?state=[secret] (idle-culler@" in hub.log(), what="a cull")
@@ -153,3 +148,35 @@ def test_the_hub_stops_its_culler_with_sigint_even_when_started_with_sigint_igno
     log = hub.log()
     assert f"Interrupting {culler}" in log
     assert f"Terminating {culler}" not in log  # it ended on the SIGINT
+
+
+def cullers(hub: Hub) -> list[int]:
+    """The hub's culler processes (managed services run in the hub's folder)."""
+    running = processes_in({hub.workdir.resolve()}).items()
+    return [pid for pid, command in running if "culler_process" in command]
+
+
+def ends_within(pid: int, timeout: float) -> bool:
+    """Whether the process ends within `timeout` seconds (its pidfd becomes readable)."""
+    try:
+        pidfd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return True
+    try:
+        readable, _, _ = select.select([pidfd], [], [], timeout)
+        return bool(readable)
+    finally:
+        os.close(pidfd)
+
+
+def test_the_culler_ends_with_its_hub_even_after_a_kill_9(hub_factory, load_file):
+    """JupyterHub starts a managed service in a session of its own: a hub ended by kill -9
+    left its culler running, and each restart added another."""
+    hub = hub_factory(CONFIG.format(load=str(load_file)))
+    [culler] = hub.wait_for(lambda: cullers(hub), what="the culler running")
+    os.killpg(hub.process.pid, signal.SIGKILL)  # the hub's own session: nothing cleans up
+    hub.process.wait(10)
+    assert ends_within(culler, 10), "the culler outlived its hub"
+    hub.start()
+    [again] = hub.wait_for(lambda: cullers(hub), what="the restarted hub's culler")
+    assert again != culler
