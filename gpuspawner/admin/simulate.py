@@ -76,7 +76,7 @@ def work(containers: Iterable[Seen], hub: str) -> dict[str, Any]:
     """The load file's content: by GPU (or MIG instance) UUID, one process per running
     server of `hub` holding it."""
     ours = [
-        (seen.id, seen.server)
+        (seen, seen.server)
         for seen in containers
         if seen.running and seen.server is not None and seen.of_hub(hub)
     ]
@@ -92,7 +92,9 @@ def work(containers: Iterable[Seen], hub: str) -> dict[str, Any]:
         kind = JOB if server.server.startswith(SERVER_PREFIX) else PERSON
         for device in server.uuids:
             device_load = load.setdefault(device, {"processes": []})
-            device_load["processes"].append({"container": container, **kind})
+            # a process of this run of the container: a restart ends it, and starts another
+            process = {"container": container.id, "run": container.started_at, **kind}
+            device_load["processes"].append(process)
     return load
 
 

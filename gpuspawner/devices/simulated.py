@@ -50,7 +50,8 @@ class SimulatedSource:
     PID, or {"container": NAME, "utilization_percent": P}: a process of that
     container (its name or id) using P % of the GPU, which is how a simulated
     shared GPU says which of its servers is busy; a `name` tells apart several
-    processes of one container. For the checkpoint driver's
+    processes of one container, and a `run` (when the container started) the processes
+    of its runs: a restarted container's are new ones. For the checkpoint driver's
     double, a process is a CUDA process holding `memory_gib` (else its share of
     the device's `memory_used_gib`), and `refuse` names calls the driver refuses it.
     Where a GPU's entry gives no utilization_percent or memory_used_gib, its processes
@@ -243,9 +244,12 @@ class SimulatedSource:
 
     def _pid_of(self, process: Mapping[str, Any]) -> int:
         """A listed process's simulated PID: the same for its container (and `name`, where a
-        container runs several) on every look, and in the next hub's."""
+        container runs several) on every look, and in the next hub's. A `run` of the
+        container (when it started, as `gpuspawner simulate` writes it) is a process of its
+        own: a restarted container runs new processes, as on a GPU server."""
         container = str(process.get("container", ""))
         key = f"{container}/{process['name']}" if process.get("name") else container
+        key += f"@{process['run']}" if process.get("run") else ""
         if key in self._pids:
             return self._pids[key]
         digest = int(hashlib.sha256(key.encode()).hexdigest(), 16)

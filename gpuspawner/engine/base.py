@@ -52,6 +52,8 @@ class Seen:
     server: ServerLabels | None = None  # gpuspawner's labels, when present and readable
     label_problem: str | None = None  # gpuspawner's labels present but unreadable: why
     finished_at: float | None = None  # a stopped container: when it stopped, as Docker says
+    started_at: float | None = None  # a running one: when this run of it began (a restart
+    # begins another, with other processes)
     node: str = ""  # the machine it runs on (GPU.node: a Swarm node's hostname); "" on one host
     container_id: str = ""  # a Swarm task's container on its node (`id` is the task's)
 

@@ -231,6 +231,7 @@ def seen(inspected: Mapping[str, Any], default_runtime: str = "runc") -> Seen:
         server=server,
         label_problem=problem,
         finished_at=None if running else moment(state.get("FinishedAt")),
+        started_at=moment(state.get("StartedAt")) if running else None,
     )
 
 

@@ -150,12 +150,21 @@ def _residency(spawner: Any, broker: Broker) -> dict[str, Any]:
         and grant is not None
         and any(not g.holder.job for u in grant.units for g in broker.pool.bound_to(u.id))
     )
+    lost = jobs is not None and jobs.work_lost(key)
     says = {
-        "resident": _shared_says(spawner) if shared else "",
+        "resident": LOST_SAYS if lost else _shared_says(spawner) if shared else "",
         "parked": _parked_says(lent, turn, spawner, key, jobs),
         "restoring": "Restoring: your GPU work is on its way back to your GPU.",
     }[state]
     return {"state": state, "lent": lent, "turn": turn, "shared": shared, "says": says}
+
+
+LOST_SAYS = (
+    "Your kernel's GPU state was lost while it was parked: this server's container was "
+    "restarted (or its GPU program ended) meanwhile, so there was nothing to bring back. "
+    "Your files are kept and your GPU is yours again; run your notebook again to reload "
+    "what it had on the GPU."
+)
 
 
 def _shared_says(spawner: Any) -> str:

@@ -13,6 +13,10 @@ returned: a job gives way by SIGTERM, a person's server is stopped, as without p
 parked (a restore without room leaves the process stuck for good): the books first take
 the GPUs back for it, so nobody is given them while the driver copies, then the driver
 restores and unlocks. A refused restore is `RestoreFailed`: its server must be stopped.
+Parked work is its processes': where the container no longer runs them (it was restarted,
+or they were killed), the driver holds nothing of it any more. A person's server then has
+its GPUs back with nothing to restore, and is told its kernel's GPU state was lost (`lost`);
+a job's run is over (`RestoreFailed`).
 
 Turns (a profile's `turns`): two people's servers bound to one GPU, one parked while the
 other is on it. The one that joined waits parked from its start, with nothing of it in the
@@ -58,6 +62,12 @@ class RestoreFailed(Exception):
     """The driver could not bring parked work back: its owner must be stopped."""
 
 
+LOST = (
+    "its GPU work was lost while parked: the processes the driver held it for are gone "
+    "(its container was restarted, or they were ended)"
+)
+
+
 @dataclass(frozen=True)
 class Parked:
     pids: tuple[int, ...]
@@ -86,6 +96,7 @@ class Parker:
         # what it is now is what it was, until the next look.
         self._restored: dict[int, Parked] = {}
         self._unsure: set[int] = set()  # restores whose host did not answer: asked again
+        self._lost: dict[int, float] = {}  # servers whose parked work went with its processes
 
     def observed(self, observation: Observation) -> None:
         """The monitor's latest look: which container runs which GPU process."""
@@ -228,6 +239,8 @@ class Parker:
             except (StillLent, KeyError):
                 return False
         try:
+            if not unsure and await self._call(self._gone, grant, parked):
+                return self._back_without(grant)
             with RESTORE_SECONDS.time():
                 await self._call(self.hosts(grant.node).unpark, parked.pids)
         except HostUnreachable as error:
@@ -247,6 +260,38 @@ class Parker:
         self._restored[grant.key] = parked
         self.log.info("gpuspawner: %s restored on its GPUs", grant.holder.name)
         return True
+
+    def _gone(self, grant: Grant, parked: Parked) -> bool:
+        """Whether the processes whose work was parked are gone from the server's container
+        (blocking: asks its host). Not known (no look at the container yet): not gone."""
+        names = self._names_of(grant.key)
+        if not parked.pids or names is None:
+            return False
+        held = self.hosts(grant.node).parked({"server": list(names)}, False)
+        return not set(parked.pids) & set(held.get("server", ()))
+
+    def _back_without(self, grant: Grant) -> bool:
+        """Its parked work is lost: a person's GPUs are theirs again, with nothing to bring
+        back; a job's run is over."""
+        self.forget(grant.key)
+        if grant.holder.job:
+            raise RestoreFailed(LOST)
+        self._lost[grant.key] = self.broker.clock()
+        self.log.warning("gpuspawner: %s: %s; its GPUs are its own again", grant.holder.name, LOST)
+        return True
+
+    def lost(self, key: int) -> bool:
+        """Whether this server's parked work was lost (its kernel's GPU state is gone)."""
+        return key in self._lost
+
+    def _names_of(self, key: int) -> tuple[str, ...] | None:
+        """What the host may call the server's container, as the monitor last saw it."""
+        containers = self._seen.containers if self._seen is not None else None
+        hub = self.broker.hub
+        for seen in containers or ():
+            if seen.running and seen.server and seen.server.spawner_id == key and seen.of_hub(hub):
+                return seen.names
+        return None
 
     def unsure(self, key: int) -> bool:
         """Whether the server's restore was asked of a host that did not answer."""
@@ -289,6 +334,7 @@ class Parker:
     def forget(self, key: int) -> None:
         """The server's container is gone: what it had parked went with it."""
         self._parked.pop(key, None)
+        self._lost.pop(key, None)
         self._restored.pop(key, None)
         self._unsure.discard(key)
 

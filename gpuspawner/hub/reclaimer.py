@@ -19,6 +19,11 @@ its kernel lives, its GPUs may run jobs, and it wakes when its user runs a cell 
 process of it opens its GPU. Parked longer than its group's `max_parked` (or past its
 `max_age`), it is stopped as without parking.
 
+A server whose container Docker lists as exited (it crashed, or was killed) is asked about
+at once (`Spawner.poll_and_notify`), rather than at JupyterHub's next poll of it (every
+`poll_interval`, 30 s by default): its GPUs go back, and a job on them is ended, within a
+tick.
+
 A server on GPUs that a booking or a drain of the calendar opens on is stopped as it opens,
 with the notice that says why (a job gives way and waits again), unless the booking lets
 running servers finish.
@@ -68,6 +73,9 @@ class Reclaimer:
                 user = self.app.users[grant.holder.user_id]
             except KeyError:
                 continue  # a user deleted while their server ran
+            if self._exited(grant, observation):
+                self._ask_about(user, grant)
+                continue
             job = self._is_job(grant)
             if busy or job:  # a running job is never idle: it ends when its run ends
                 self._record_activity(user, grant.holder.server)
@@ -97,6 +105,33 @@ class Reclaimer:
     def _is_job(self, grant: Grant) -> bool:
         jobs = self.broker.jobs
         return jobs is not None and jobs.is_job(grant.holder.user_id, grant.holder.server)
+
+    def _exited(self, grant: Grant, observation: Observation) -> bool:
+        """Whether Docker lists the server's container as exited (not one being made)."""
+        hub = self.broker.hub
+        ours = [
+            seen
+            for seen in observation.containers or ()
+            if seen.server and seen.server.spawner_id == grant.key and seen.of_hub(hub)
+        ]
+        return bool(ours) and all(not s.running and s.finished_at is not None for s in ours)
+
+    def _ask_about(self, user: Any, grant: Grant) -> None:
+        """JupyterHub's own look at a server that Docker says exited, now: it stops the server
+        as at its poll (the GPUs go back once Docker confirms the container gone)."""
+        spawner = user.spawners.get(grant.holder.server)
+        if spawner is None or not spawner.ready or grant.key in self._stopping:
+            return
+        self.log.info("gpuspawner: %s's container exited: asking JupyterHub", spawner._log_name)
+        self._stopping[grant.key] = asyncio.ensure_future(self._polled(spawner, grant.key))
+
+    async def _polled(self, spawner: Any, key: int) -> None:
+        try:
+            await spawner.poll_and_notify()
+        except Exception:
+            self.log.exception("gpuspawner: asking about %s failed", spawner._log_name)
+        finally:
+            self._stopping.pop(key, None)
 
     def _while_parked(self, grant: Grant, observation: Observation) -> None:
         """A process of a parked server opened its GPU (a terminal's `python train.py`, a

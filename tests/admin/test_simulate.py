@@ -7,7 +7,7 @@ import pytest
 from admintools import gpuspawner, servers
 from realhub import CPU_IMAGE, SIMULATED_MACHINE
 
-from gpuspawner.admin.simulate import PERSON, work
+from gpuspawner.admin.simulate import PERSON, work, write
 from gpuspawner.core.pool import Grant, Holder
 from gpuspawner.core.units import bare
 from gpuspawner.devices.simulated import SimulatedSource
@@ -57,24 +57,42 @@ def test_without_a_load_file_to_write_it_says_which_setting(tmp_path):
     assert "set c.GPUSpawner.simulated_load_file, or pass --simulated-load FILE" in done.stderr
 
 
+def container(uuid: str, key: int, user: str, since: float, started: str = "") -> Seen:
+    """A person's server of hub "jupyter" on one GPU, in turns, as `docker inspect` shows it."""
+    grant = Grant(Holder(key, key, user, ""), (bare(uuid),), since, turns=True)
+    return seen(
+        {
+            "Id": f"id-{user}",
+            "Name": f"/jupyter-{user}",
+            "Config": {"Labels": labels(grant, "jupyter"), "Image": "notebook"},
+            "State": {"Running": True, "StartedAt": started},
+            "HostConfig": {"DeviceRequests": device_requests(grant.uuids)},
+        }
+    )
+
+
 def test_a_person_who_joined_a_gpu_in_turns_runs_no_cuda_process_until_woken():
     """Its kernel opens no GPU before a cell wakes it: a process of it would wake it at once."""
     [uuid] = [g.uuid for g in SimulatedSource(1).list_gpus()]
+    load = work([container(uuid, 2, "gina", 200.0), container(uuid, 1, "frank", 100.0)], "jupyter")
+    assert load == {uuid: {"processes": [{"container": "id-frank", "run": None, **PERSON}]}}
 
-    def container(key: int, user: str, since: float) -> Seen:
-        grant = Grant(Holder(key, key, user, ""), (bare(uuid),), since, turns=True)
-        return seen(
-            {
-                "Id": f"id-{user}",
-                "Name": f"/jupyter-{user}",
-                "Config": {"Labels": labels(grant, "jupyter"), "Image": "notebook"},
-                "State": {"Running": True},
-                "HostConfig": {"DeviceRequests": device_requests(grant.uuids)},
-            }
-        )
 
-    load = work([container(2, "gina", 200.0), container(1, "frank", 100.0)], "jupyter")
-    assert load == {uuid: {"processes": [{"container": "id-frank", **PERSON}]}}
+def test_a_restarted_container_runs_new_processes(tmp_path):
+    """`docker restart` ends a container's processes: the checkpoint driver's double must not
+    take the new run's kernel for the process it parked (a real driver's checkpoint belongs
+    to the process, which is gone)."""
+    load = tmp_path / "load.json"
+    source = SimulatedSource(1, load_file=str(load))
+    [uuid] = [g.uuid for g in source.list_gpus()]
+
+    def kernel_after(started: str) -> list[int]:
+        write(load, work([container(uuid, 1, "frank", 100.0, started)], "jupyter"))
+        return source.container_pids({"frank": ["id-frank"]})["frank"]
+
+    first = kernel_after("2026-12-07T10:00:00.000000000Z")
+    assert kernel_after("2026-12-07T10:00:00.000000000Z") == first  # every look alike
+    assert kernel_after("2026-12-07T11:30:00.000000000Z") != first  # restarted
 
 
 @pytest.mark.docker

@@ -21,7 +21,7 @@ from gpuspawner.devices.simulated_checkpoint import SimulatedCheckpointDriver, S
 from gpuspawner.devices.swarm import AgentAccess, SwarmSource
 from gpuspawner.engine import docker as engine
 from gpuspawner.hub.monitor import Observation
-from gpuspawner.hub.parking import Parker
+from gpuspawner.hub.parking import Parker, RestoreFailed
 
 GIB = 2**30
 JOB = Holder(1, 10, "bob", "job-1", job=True)
@@ -40,9 +40,10 @@ def container(grant) -> object:
     )
 
 
-def here(driver, pids: dict[str, list[int]] | None = None):
-    """Driver calls made on this host, whose containers run `pids` (by key)."""
-    on_host = OnThisHost(driver, lambda containers: pids or {})
+def here(driver, pids: dict[str, list[int]] | None = None, every: tuple[int, ...] = ()):
+    """Driver calls made on this host, whose containers run `pids` (by key), or `every`
+    container asked about runs those."""
+    on_host = OnThisHost(driver, lambda asked: pids or {key: list(every) for key in asked})
     return lambda node: on_host
 
 
@@ -56,7 +57,8 @@ def parker_seeing(pids: tuple[int, ...], memory_gib: int = 20, limit_gib: int = 
     [uuid] = grant.uuids
     sample = Telemetry(90.0, memory_gib * GIB, processes=pids)
     owners = dict.fromkeys(pids, "jupyter-bob--job-1")
-    parker = Parker(broker, here(SimulatedCheckpointDriver()), limit_gib * GIB, LOG)
+    host = here(SimulatedCheckpointDriver(), every=pids)  # its container runs them
+    parker = Parker(broker, host, limit_gib * GIB, LOG)
     parker.observed(Observation({uuid: sample}, [container(grant)], owners=owners))
     return parker, grant
 
@@ -255,6 +257,34 @@ class Unreachable:
         raise HostUnreachable("the agent on node n2 did not answer: timed out")
 
     unpark = parked = park
+
+
+def test_work_whose_process_ended_while_parked_is_lost_not_restored():
+    """The driver's checkpoint is its process's: a container restarted while parked (or its
+    kernel restarted) runs other processes, and nothing can come back. A person's server has
+    its GPU back with nothing restored, and is told; a job's run is over."""
+    for holder in (Holder(2, 20, "alice"), JOB):
+        broker = a_broker(gpus=1)
+        grant = broker.take_now(holder, 1)
+        [uuid] = grant.uuids
+        driver = SimulatedCheckpointDriver()
+        driver.start(5, _process(grant))
+        parker = Parker(broker, here(driver, every=(5,)), 64 * GIB, LOG)
+        seen = [container(grant)]
+        sample = {uuid: Telemetry(0.0, GIB, processes=(5,))}
+        parker.observed(Observation(sample, seen, owners={5: "c1"}))
+        assert asyncio.run(parker.park(grant)) == ""
+        parker.hosts = here(driver, every=(6,))  # another process of it now: 5 is gone
+        parked = broker.grant_of(grant.key)
+        if holder.job:
+            with pytest.raises(RestoreFailed, match="its GPU work was lost while parked"):
+                asyncio.run(parker.restore(parked))
+            continue
+        assert asyncio.run(parker.restore(parked)) and parker.lost(grant.key)
+        assert not broker.grant_of(grant.key).parked
+        assert driver.state(5) is ProcessState.CHECKPOINTED  # never asked to restore
+        parker.forget(grant.key)  # its server stopped: a next one starts afresh
+        assert not parker.lost(grant.key)
 
 
 def test_work_on_a_node_whose_agent_does_not_answer_stays_where_it_is():

@@ -39,6 +39,9 @@ c.GPUSpawner.profiles = [
       "spawner_override": {light!r}}},
     {{"display_name": "1 GPU, in turns", "slug": "turns-1", "gpus": 1, "turns": True,
       "spawner_override": {light!r}}},
+    # JupyterHub polls these servers hourly (its default is 30 s; the tests' hubs 1 s)
+    {{"display_name": "1 GPU, polled hourly", "slug": "quiet-1", "gpus": 1,
+      "spawner_override": {{"poll_interval": 3600}}}},
 ]
 c.GPUSpawner.turn_quantum = 8
 c.GPUSpawner.default_limits = {{"max_jobs": 0}}
@@ -63,12 +66,17 @@ def hub(hub_factory, load_file) -> Hub:
 
 
 def running_on_gpu(
-    hub: Hub, load_file, memory_gib: int = 20, beside: dict | None = None, **process
+    hub: Hub,
+    load_file,
+    memory_gib: int = 20,
+    beside: dict | None = None,
+    profile: str = "gpu-1",
+    **process,
 ) -> tuple[dict, str, dict]:
     """bob's training job, running, with a CUDA process of `memory_gib` that the hub has seen
     (as NVML would list it): its GPU's uuid, and that GPU's load. `beside`: the load already
     on its GPU (a parked person's, whose GPU it is lent)."""
-    submitted = submit(hub, "bob", profile="gpu-1", script="train.py")
+    submitted = submit(hub, "bob", profile=profile, script="train.py")
     running = wait_state(hub, "bob", submitted["id"], "running")
     [uuid] = running["gpus"]
     container = hub.container_of("bob", running["server"]).id
@@ -157,6 +165,42 @@ def test_a_person_idle_for_park_after_on_a_parked_jobs_gpu_lets_the_job_go_on(hu
     wait_residency(hub, "alice", "resident")
     wait_state(hub, "bob", running["id"], "parked")
     back_to_the_job(hub, load_file, "alice", running)
+
+
+def test_a_parked_job_whose_container_is_killed_ends_at_the_monitors_next_look(hub, load_file):
+    """JupyterHub looks at a server every poll_interval (here an hour): a parked job whose
+    container was killed was shown parked until then. Docker's word, at the monitor's next
+    look, ends it; its GPU stays the person's it was lent to."""
+    running, uuid, _ = running_on_gpu(hub, load_file, profile="quiet-1")
+    hub.spawn_ready("alice", profile="light-1")
+    wait_state(hub, "bob", running["id"], "parked")
+    hub.container_of("bob", running["server"]).kill()
+    ended = wait_state(hub, "bob", running["id"], "failed", timeout=20)
+    assert "its container died" in ended["reason"], ended
+    assert hub.held_by("alice") == [uuid]
+    hub.stop_server("alice")
+    hub.wait_for(lambda: hub.gpu_states() == {uuid: "free"}, 30, "the GPU back once alice left")
+    load_file.write_text("{}")
+
+
+def test_a_drain_on_a_parked_jobs_gpu_makes_it_give_way_and_run_again_after(hub, load_file):
+    """A drain's GPUs must be empty, and work parked under one driver may not come back
+    under another: a parked job gives way as a running one does, and waits again."""
+    running, uuid, _ = running_on_gpu(hub, load_file)
+    hub.spawn_ready("alice", profile="light-1")
+    wait_state(hub, "bob", running["id"], "parked")
+    drained = hub.api(
+        "POST", "/gpu-calendar/drains", json={"gpus": [uuid], "reason": "driver update"}
+    )
+    assert drained.status_code == 201, drained.text
+    waiting = wait_state(hub, "bob", running["id"], "waiting")
+    assert "driver update" in waiting["reason"] and waiting["attempts"] == 1, waiting
+    hub.wait_for(lambda: hub.server_model("alice") is None, 30, "alice stopped by the drain")
+    assert hub.api("DELETE", f"/gpu-calendar/{drained.json()['id']}").status_code == 200
+    again = wait_state(hub, "bob", running["id"], "running")
+    assert again["attempts"] == 2
+    cancel(hub, again)
+    load_file.write_text("{}")
 
 
 def test_after_a_hub_kill_9_a_parked_job_is_parked_on_the_drivers_word(hub, load_file, tmp_path):
@@ -296,6 +340,34 @@ def test_an_idle_persons_gpu_runs_a_job_meanwhile_and_comes_back_when_they_retur
     wait_residency(hub, "carol", "resident")
     wait_state(hub, "bob", running["id"], "parked")
 
+    back_to_the_job(hub, load_file, "carol", running)
+
+
+def test_a_parked_persons_ended_kernel_is_not_restored_and_they_are_told_it_was_lost(
+    hub, load_file
+):
+    """The driver's checkpoint belongs to the process: once the process whose GPU memory was
+    parked has ended (its container restarted, its kernel restarted), nothing can come back.
+    Its new kernel on the GPU wakes the server as any process of it does; the person gets
+    the GPU back with nothing restored, is told their kernel's GPU state was lost, and
+    keeps their files. (The hub used to claim a restore.)"""
+    uuid, load = person_on_gpu(hub, load_file, "carol")
+    wait_residency(hub, "carol", "parked")
+    running, lent, load = running_on_gpu(hub, load_file, beside=load)
+    assert lent == uuid
+    since = len(hub.log())
+    carols = hub.container_of("carol").id
+    kernel = {"container": carols, "name": "restarted-kernel", "memory_gib": 10}
+    load["processes"] = [p for p in load["processes"] if p["container"] != carols] + [kernel]
+    load_file.write_text(json.dumps({uuid: load}))  # the parked process gone, a new one on
+    wait_residency(hub, "carol", "resident")
+    says = hub.api("GET", "/users/carol/server/gpu-lease").json()["residency"]["says"]
+    assert "Your kernel's GPU state was lost while it was parked" in says, says
+    assert hub.held_by("carol") == [uuid]
+    assert wait_state(hub, "bob", running["id"], "parked")["attempts"] == 1
+    log = hub.log()[since:]
+    assert "carol: its GPU work was lost while parked" in log
+    assert "carol restored on its GPUs" not in log
     back_to_the_job(hub, load_file, "carol", running)
 
 

@@ -41,6 +41,11 @@ class Restoring(Turns):
         parking = self.parker is not None and self.parker.parking_now(key)
         return "parked" if parking or (grant is not None and grant.parked) else "resident"
 
+    def work_lost(self, key: int) -> bool:
+        """Whether the server's parked work was lost with its processes (its container was
+        restarted while parked): it has its GPUs back with nothing restored."""
+        return self.parker is not None and self.parker.lost(key)
+
     def _restore_parked(self) -> None:
         if self.parker is None:
             return
