@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.calendar import Window
-from .sqlite import open_table
+from .sqlite import Table, open_table
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS calendar (
@@ -30,6 +30,8 @@ CREATE TABLE IF NOT EXISTS calendar (
     asked TEXT NOT NULL DEFAULT ''
 );
 """
+TABLE = Table("calendar", SCHEMA)  # version 1: as gpuspawner 0.3 made it
+
 COLUMNS = "id, gpus, start, end, user, grp, reason, let_finish, made_by, asked"
 
 
@@ -37,7 +39,7 @@ class CalendarRecord:
     """The calendar table. Used from the hub's event loop only; each call is one transaction."""
 
     def __init__(self, path: str | Path) -> None:
-        self._db = open_table(path, SCHEMA)
+        self._db = open_table(path, TABLE)
 
     def close(self) -> None:
         self._db.close()

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..core.homes import Home
-from .sqlite import open_table
+from .sqlite import Table, open_table
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS homes (
@@ -23,13 +23,14 @@ CREATE TABLE IF NOT EXISTS homes (
     last_used REAL NOT NULL
 );
 """
+TABLE = Table("homes", SCHEMA)  # version 1: as gpuspawner 0.3 made it
 
 
 class HomeRecord:
     """The homes table. Used from the hub's event loop only; each call is one transaction."""
 
     def __init__(self, path: str | Path) -> None:
-        self._db = open_table(path, SCHEMA)
+        self._db = open_table(path, TABLE)
 
     def close(self) -> None:
         self._db.close()

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.jobs import FINAL, JobSpec, JobState, server_of
-from .sqlite import open_table
+from .sqlite import Table, open_table
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -40,6 +40,8 @@ CREATE TABLE IF NOT EXISTS jobs (
 );
 CREATE INDEX IF NOT EXISTS jobs_by_user ON jobs (user_id, id);
 """
+TABLE = Table("jobs", SCHEMA)  # version 1: as gpuspawner 0.3 made it
+
 COLUMNS = (
     "id, user_id, user, spec, state, submitted, started, ended, attempts, preemptions, gpus, "
     "progress, reason"
@@ -78,7 +80,7 @@ class JobRecord:
     """The jobs table. Used from the hub's event loop only; each call is one transaction."""
 
     def __init__(self, path: str | Path) -> None:
-        self._db = open_table(path, SCHEMA)
+        self._db = open_table(path, TABLE)
 
     def close(self) -> None:
         self._db.close()

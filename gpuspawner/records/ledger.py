@@ -22,6 +22,7 @@ from pathlib import Path
 
 from ..core.pool import Grant
 from ..core.usage import UsageRecord
+from .sqlite import Table, columns_of, open_table
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS grants (
@@ -41,8 +42,16 @@ CREATE TABLE IF NOT EXISTS grants (
 CREATE INDEX IF NOT EXISTS grants_by_end ON grants (end);
 """
 COLUMNS = "user_id, user, server, quota_group, gpus, start, end, busy_seconds, parked_seconds"
-# What gpuspawner 0.2's ledgers lack, and the column each gets (a read-only reader reads 0).
-ADDED_COLUMNS = {"parked_seconds": "REAL NOT NULL DEFAULT 0"}
+
+
+def _add_parked_seconds(db: sqlite3.Connection) -> None:
+    """Version 1 (gpuspawner 0.2) had no parked time; a read-only reader of such a file
+    reads 0. (0.3 added the column without writing versions down: it may be there.)"""
+    if "parked_seconds" not in columns_of(db, "grants"):
+        db.execute("ALTER TABLE grants ADD COLUMN parked_seconds REAL NOT NULL DEFAULT 0")
+
+
+TABLE = Table("grants", SCHEMA, 2, {1: _add_parked_seconds})
 SAME_START = 1.0  # seconds: container labels keep a grant's start to the millisecond
 
 
@@ -65,15 +74,7 @@ class Ledger:
                 self._db.close()
                 self._db = sqlite3.connect(f"{uri}?immutable=1", uri=True, isolation_level=None)
             return
-        self._db = sqlite3.connect(self.path, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.executescript(SCHEMA)
-        for column, kind in ADDED_COLUMNS.items():
-            if column not in self._columns():
-                self._db.execute(f"ALTER TABLE grants ADD COLUMN {column} {kind}")
-
-    def _columns(self) -> set[str]:
-        return {row[1] for row in self._db.execute("PRAGMA table_info(grants)")}
+        self._db = open_table(self.path, TABLE)
 
     def close(self) -> None:
         self._db.close()
@@ -189,7 +190,7 @@ class Ledger:
         return self._db.execute("DELETE FROM grants WHERE end < ?", (moment,)).rowcount
 
     def _select(self, where: str, params: tuple[object, ...]) -> list[UsageRecord]:
-        have = self._columns()
+        have = columns_of(self._db, "grants")
         columns = ", ".join(c if c in have else "0" for c in COLUMNS.split(", "))
         rows = self._db.execute(
             f"SELECT {columns} FROM grants WHERE {where} ORDER BY start", params

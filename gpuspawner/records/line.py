@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from .sqlite import open_table
+from .sqlite import Table, open_table
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS waiting (
@@ -32,6 +32,8 @@ CREATE TABLE IF NOT EXISTS waiting (
     arrived REAL NOT NULL
 );
 """
+TABLE = Table("waiting", SCHEMA)  # version 1: as gpuspawner 0.3 made it
+
 COLUMNS = "spawner_id, user_id, user, server, profile, asks_for, arrived"
 
 
@@ -52,7 +54,7 @@ class LineRecord:
     """The line's table. Used from the hub's event loop only; each call is one transaction."""
 
     def __init__(self, path: str | Path) -> None:
-        self._db = open_table(path, SCHEMA)
+        self._db = open_table(path, TABLE)
 
     def close(self) -> None:
         self._db.close()
