@@ -42,6 +42,7 @@ from ..records.calendar import CalendarRecord
 from ..records.homes import HomeRecord
 from ..records.jobs import JobRecord
 from ..records.ledger import Ledger
+from ..records.line import LineRecord
 from . import (
     access,
     budgets,
@@ -365,7 +366,11 @@ def _groups_of(app: Any, user: str) -> frozenset[str]:
 
 
 def _open_ledger(path: str) -> Ledger:
+    """The usage ledger, once every table of its file is at this gpuspawner's version
+    (upgraded, or refused as newer: records.sqlite) before the hub serves."""
     try:
+        for record in (LineRecord, JobRecord, CalendarRecord, HomeRecord):
+            record(path).close()
         return Ledger(path)
     except (sqlite3.Error, OSError) as error:
         raise GPUConfigError(

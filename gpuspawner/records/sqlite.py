@@ -18,12 +18,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..core.errors import GPUConfigError
+
 VERSIONS = "CREATE TABLE IF NOT EXISTS schema_versions (name TEXT PRIMARY KEY, version INTEGER)"
 Upgrade = Callable[[sqlite3.Connection], None]
 
 
-class NewerRecord(Exception):
-    """The file holds a table of a newer layout than this gpuspawner reads."""
+class NewerRecord(GPUConfigError):
+    """The file holds a table of a newer layout than this gpuspawner reads: the hub stops
+    with one line, as for a setting it cannot use."""
 
 
 @dataclass(frozen=True)

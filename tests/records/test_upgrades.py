@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from gpuspawner.core.errors import GPUConfigError
 from gpuspawner.core.jobs import JobState
+from gpuspawner.hub.startup import _open_ledger
 from gpuspawner.records import sqlite as tables
 from gpuspawner.records.calendar import CalendarRecord
 from gpuspawner.records.homes import HomeRecord
@@ -111,3 +113,14 @@ def test_a_new_file_gets_every_table_at_its_version(tmp_path, record):
     [(name, version)] = db.execute("SELECT name, version FROM schema_versions").fetchall()
     db.close()
     assert version == {"grants": 2}.get(name, 1)
+
+
+def test_a_hub_meeting_a_newer_record_stops_with_one_line_naming_it(upgraded):
+    """Before it serves: every table of the file is upgraded, or refused as newer, at start."""
+    everything(upgraded)
+    db = sqlite3.connect(upgraded)
+    db.execute("UPDATE schema_versions SET version = 9 WHERE name = 'calendar'")
+    db.commit()
+    db.close()
+    with pytest.raises(GPUConfigError, match="its calendar table was written by a newer"):
+        _open_ledger(str(upgraded))
