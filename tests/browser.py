@@ -1,11 +1,32 @@
-"""Headless Chromium (Debian's chromium and chromium-driver), driven by Selenium."""
+"""Headless Chromium (Debian's chromium and chromium-driver), driven by Selenium, in a
+network namespace of its own.
+
+Chromium ends every request in flight, loopback ones too, with ERR_NETWORK_CHANGED
+whenever the host's network interfaces change, and Docker adds and removes one (a veth)
+for every container it starts and stops. In a whole run, where the other workers start and
+stop containers all the time, JupyterLab's requests failed at random: its stylesheet
+("Error Loading Theme"), its API calls ("Server unavailable or unreachable"), the Create
+Job dialog's. A person's browser runs on their own machine and never sees this; a test's
+must not either. So, where this runs as root with `pasta` (passt, which scripts/testbed
+installs), each worker's browsers run in a namespace whose interfaces never change, and
+pasta carries their connections to the hubs (this worker's port range) out to the host's
+loopback, and Selenium's to chromedriver in. Elsewhere they run on the host, as before.
+"""
 
 from __future__ import annotations
 
+import atexit
+import contextlib
+import itertools
+import os
+import shutil
+import signal
+import subprocess
 import tempfile
 from pathlib import Path
 
 from artefacts import track_browser
+from realhub import FIRST_PORT, PORTS_PER_WORKER, WORKER
 from selenium import webdriver
 from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.chrome.options import Options
@@ -33,6 +54,16 @@ DOCS_IMAGES = Path(__file__).parents[1] / "docs" / "images"
 SCREENSHOT_SIZE = (1280, 900)
 
 
+NAMESPACE = f"gsbrowser{WORKER}"
+PASTA_PID = Path(tempfile.gettempdir()) / f"gpuspawner-{NAMESPACE}-pasta.pid"
+# chromedriver's ports, forwarded into the namespace: a few per worker, below the ephemeral
+# ports and above every worker's hub ports
+DRIVER_PORTS = range(30000 + WORKER * 20, 30000 + WORKER * 20 + 20)
+_driver_ports = itertools.cycle(DRIVER_PORTS)
+IN_NAMESPACE = str(Path(__file__).with_name("chromedriver-in-namespace"))
+_namespace_made = False
+
+
 def chromium() -> webdriver.Chrome:
     options = Options()
     options.binary_location = "/usr/bin/chromium"
@@ -40,9 +71,50 @@ def chromium() -> webdriver.Chrome:
         options.add_argument(flag)
     options.add_argument(f"--user-data-dir={tempfile.mkdtemp(prefix='gpuspawner-chromium-')}")
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})  # for a failure's artefacts
-    driver = webdriver.Chrome(options=options, service=Service("/usr/bin/chromedriver"))
+    if isolating():
+        make_namespace()
+        env = {**os.environ, "GPUSPAWNER_BROWSER_NAMESPACE": NAMESPACE}
+        service = Service(IN_NAMESPACE, port=next(_driver_ports), env=env)
+    else:
+        service = Service("/usr/bin/chromedriver")
+    driver = webdriver.Chrome(options=options, service=service)
     track_browser(driver)
     return driver
+
+
+def isolating() -> bool:
+    """Whether browsers run in a namespace of their own here (root, with ip and pasta)."""
+    return os.geteuid() == 0 and all(map(shutil.which, ("ip", "pasta")))
+
+
+def make_namespace() -> None:
+    """This worker's namespace, and pasta carrying its connections, once per process (one
+    a crashed run left is made anew)."""
+    global _namespace_made
+    if _namespace_made:
+        return
+    remove_namespace()
+    subprocess.run(["ip", "netns", "add", NAMESPACE], check=True, capture_output=True)
+    hubs = f"{FIRST_PORT}-{FIRST_PORT + PORTS_PER_WORKER - 1}"
+    drivers = f"127.0.0.1/{DRIVER_PORTS.start}-{DRIVER_PORTS.stop - 1}"
+    subprocess.run(
+        ["pasta", "--quiet", "--runas", "0", "--config-net", "--pid", str(PASTA_PID),
+         "--tcp-ports", drivers, "--tcp-ns", hubs, "--netns", NAMESPACE],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    _namespace_made = True
+    atexit.register(remove_namespace)
+
+
+def remove_namespace() -> None:
+    """The namespace and its pasta gone (a no-op where there is none)."""
+    global _namespace_made
+    with contextlib.suppress(OSError, ValueError):
+        os.kill(int(PASTA_PID.read_text()), signal.SIGTERM)
+    PASTA_PID.unlink(missing_ok=True)
+    if Path(f"/run/netns/{NAMESPACE}").exists():
+        subprocess.run(["ip", "netns", "del", NAMESPACE], capture_output=True)
+    _namespace_made = False
 
 
 def log_in(driver: webdriver.Chrome, hub_url: str, user: str, password: str) -> None:

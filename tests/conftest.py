@@ -7,7 +7,7 @@ from typing import Any
 import artefacts
 import docker
 import pytest
-from browser import chromium
+from browser import NAMESPACE, chromium, remove_namespace
 from dockerfaults import DockerFaults
 from realhub import SESSION_PREFIXES, SESSION_PROXY_PORTS, SESSION_WORKDIRS, Hub, processes_in
 
@@ -154,7 +154,11 @@ def leftovers() -> dict[str, set[str]]:
 
 @pytest.fixture(scope="session", autouse=True)
 def the_run_leaves_nothing_behind() -> Iterator[None]:
-    """No proxy, container, volume or network of the tests outlives the run."""
+    """No proxy, container, volume or network of the tests outlives the run, nor this
+    worker's browsers' network namespace (tests/browser.py), removed here."""
     yield
+    remove_namespace()
     left = {kind: names for kind, names in leftovers().items() if names}
+    if Path(f"/run/netns/{NAMESPACE}").exists():
+        left["browser namespace"] = {NAMESPACE}
     assert not left, f"the tests left behind: {left}"

@@ -72,23 +72,16 @@ READ_THE_JOBS = (
 
 def open_lab(hub: Hub, driver) -> None:
     """bob's JupyterLab, once its first read of his jobs has come back: what had ended by
-    then is what the page found. A page that has not read them in a minute is loaded once
-    more (JupyterLab's own first load, not the notices, is what a busy CI machine slows);
-    what it showed is in the failure if the second load does not read them either."""
+    then is what the page found."""
     driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": WHAT_IT_FETCHED})
     log_in(driver, hub.url, "bob", PASSWORD)
     driver.get(f"{hub.url}/user/bob/lab")
-    shown = []
-    for _ in range(2):
-        try:
-            WebDriverWait(driver, 60, poll_frequency=0.5).until(
-                lambda d: d.execute_script(READ_THE_JOBS)
-            )
-            return
-        except TimeoutException:
-            shown.append(page_state(driver))
-            driver.refresh()
-    pytest.fail(f"bob's JupyterLab never read his jobs; it showed {shown}")
+    try:
+        WebDriverWait(driver, 120, poll_frequency=0.5).until(
+            lambda d: d.execute_script(READ_THE_JOBS)
+        )
+    except TimeoutException:
+        pytest.fail(f"bob's JupyterLab never read his jobs; it shows {page_state(driver)}")
 
 
 def page_state(driver) -> dict:

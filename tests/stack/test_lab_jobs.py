@@ -11,13 +11,13 @@ through the hub, schedules refused. Outside a hub the image's jupyter-scheduler 
 
 from __future__ import annotations
 
+import json
 import textwrap
-import time
 
 import pytest
 import requests
 from browser import STALE, log_in
-from jobkit import ADDS_UP, SEES_ITS_GPUS, notebook, put
+from jobkit import ADDS_UP, SEES_ITS_GPUS, in_home, notebook, put
 from realhub import NOTEBOOK_IMAGE, PASSWORD, Hub
 from selenium.common.exceptions import TimeoutException
 from selenium.webdriver.common.by import By
@@ -38,9 +38,24 @@ c.GPUSpawner.group_limits = {"trainers": {"max_jobs": 2, "preempt_grace": 5}}
 """
 
 
-# The notebook toolbar's button that opens the Create Job dialog.
-CREATE_JOB = '[data-command="scheduling:create-from-notebook"]'
 ENVIRONMENT = '[role="combobox"], [aria-haspopup="listbox"]'  # the dialog's Select
+# JupyterLab's app object in the page (window.jupyterapp), so that a test waits for its own
+# signals (restored, a document's context ready, a command's result) rather than for a DOM
+# it redraws: bob's own JupyterLab setting, in his home, as any user could make it.
+EXPOSE_APP = json.dumps({"LabApp": {"expose_app_in_browser": True}})
+# The notebook opened and current, then the Create Job dialog for it, as its toolbar button
+# opens it (the command reads the notebook tracker's current widget).
+CREATE_JOB_FOR = """
+const [path, done] = arguments;
+const app = window.jupyterapp;
+(async () => {
+  await app.restored;
+  const notebook = await app.commands.execute('docmanager:open', {path, factory: 'Notebook'});
+  await notebook.context.ready;
+  app.shell.activateById(notebook.id);
+  await app.commands.execute('scheduling:create-from-notebook');
+})().then(() => done(''), error => done(String(error)));
+"""
 
 
 @pytest.fixture(scope="module")
@@ -49,6 +64,8 @@ def hub(hub_factory) -> Hub:
     hub.add_users("bob", groups={"trainers": ["bob"]})
     put(hub, "bob", "train.ipynb", notebook(SEES_ITS_GPUS, ADDS_UP))
     put(hub, "bob", "sleeper.ipynb", notebook("import time\ntime.sleep(600)"))  # till stopped
+    in_home(hub, "bob", ["sh", "-c", "mkdir -p .jupyter"], "rw")
+    put(hub, "bob", ".jupyter/jupyter_server_config.json", EXPOSE_APP)
     hub.spawn_ready("bob", profile="cpu")  # his JupyterLab: no GPU, jobs get theirs
     return hub
 
@@ -84,75 +101,39 @@ def create_enabled(driver):
     return create if create is not None and create.is_enabled() else None
 
 
-def dialog_for(notebook: str):
-    """A wait's condition: the Create Job dialog, opened from the notebook's toolbar, for
-    `notebook`. Under CI's load the button could be pressed before JupyterLab tracked the
-    notebook as current, and the dialog opened for no file ("Input path '' does not
-    exist"): such a dialog is cancelled and the button pressed again."""
-
-    def condition(driver) -> bool:
-        inputs = driver.find_elements(By.CSS_SELECTOR, 'input[name="inputFile"]')
-        if any(i.get_attribute("value") == notebook for i in inputs):
-            return True
-        cancel = [b for b in driver.find_elements(By.CSS_SELECTOR, "button") if b.text == "Cancel"]
-        if cancel and "Input path '' does not exist" in driver.page_source:
-            cancel[0].click()
-            return False
-        buttons = driver.find_elements(By.CSS_SELECTOR, CREATE_JOB)
-        if buttons and not cancel:
-            buttons[0].click()
-        return False
-
-    return condition
+def button(text: str):
+    """A wait's condition: the button that says `text`, once drawn."""
+    return lambda driver: next(
+        (b for b in driver.find_elements(By.CSS_SELECTOR, "button") if b.text.strip() == text), None
+    )
 
 
-def named(name: str):
-    """A wait's condition: the dialog's job name field says `name`, typed again for as long
-    as it does not (the dialog fills in its default name as it loads, over what was typed:
-    under CI's load the job was created as "train")."""
-
-    def condition(driver) -> bool:
-        field = driver.find_element(By.CSS_SELECTOR, 'input[name="jobName"]')
-        if field.get_attribute("value") == name:
-            return True
-        field.send_keys(Keys.CONTROL, "a")  # a React field: clear() would come back
-        field.send_keys(name)
-        return False
-
-    return condition
-
-
-def completed_row(name: str):
-    """A wait's condition: the job list's row for `name` once it says Completed. Until it
-    does, Reload is clicked (the list does not poll), and the rows are read at the next
-    look, not just after the click: a list still loading shows none. A list that shows no
-    such row is reloaded every 10 s."""
-    clicked = 0.0
-
-    def condition(driver) -> str | bool:
-        nonlocal clicked
-        row = row_of(driver, name)
-        if "Completed" in row:
-            return row
-        buttons = [b for b in driver.find_elements(By.CSS_SELECTOR, "button") if b.text == "Reload"]
-        if buttons and (row or time.monotonic() - clicked > 10):
-            buttons[0].click()
-            clicked = time.monotonic()
-        return False
-
-    return condition
+def field(name: str):
+    """A wait's condition: the dialog's text field `name`, once drawn."""
+    return lambda driver: driver.find_elements(By.CSS_SELECTOR, f'input[name="{name}"]')
 
 
 def test_a_job_created_in_jupyterlab_runs_on_the_hub_and_shows_completed(hub: Hub, browser):
     log_in(browser, hub.url, "bob", PASSWORD)
-    browser.get(f"{hub.url}/user/bob/lab/tree/train.ipynb")
+    browser.get(f"{hub.url}/user/bob/lab")
     wait = WebDriverWait(browser, 120, poll_frequency=0.5, ignored_exceptions=STALE)
-    wait.until(dialog_for("train.ipynb"))
+    wait.until(lambda d: d.execute_script("return !!window.jupyterapp"))
+    browser.set_script_timeout(180)
+    failed = browser.execute_async_script(CREATE_JOB_FOR, "train.ipynb")
+    assert not failed, f"JupyterLab could not open the Create Job dialog: {failed}"
+    [input_file] = wait.until(field("inputFile"))
+    assert input_file.get_attribute("value") == "train.ipynb"
     # the environment: the GPU profile gpu-2 ("2 GPUs"), of the two the dialog offers
     wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, ENVIRONMENT))[0].click()
     wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, '[data-value="gpu-2"]'))[0].click()
     wait.until(lambda d: "gpu-2" in d.find_element(By.CSS_SELECTOR, ENVIRONMENT).text)
-    wait.until(named("GPU training"))
+    [name] = wait.until(field("jobName"))
+    assert name.get_attribute("value") == "train"  # its default, from the notebook's name
+    name.send_keys(Keys.CONTROL, "a")  # a React field: clear() would come back
+    name.send_keys("GPU training")
+    wait.until(
+        lambda d: d.find_element(By.NAME, "jobName").get_attribute("value") == "GPU training"
+    )
     wait.until(create_enabled).click()
     try:  # the dialog stages the notebook, then its backend submits it to the hub
         [job] = hub.wait_for(lambda: hub_jobs(hub, "bob"), timeout=90, what="bob's job")
@@ -168,9 +149,21 @@ def test_a_job_created_in_jupyterlab_runs_on_the_hub_and_shows_completed(hub: Hu
     assert done["state"] == "done", done
     assert done["progress"]["cells"] == {"done": 2, "total": 2}
 
-    try:  # the list shows it completed once reloaded (its Reload button: it does not poll)
-        row = WebDriverWait(browser, 90, poll_frequency=2, ignored_exceptions=STALE).until(
-            completed_row("GPU training")
+    # JupyterLab's list, once the scheduler says it completed, shows it so at a Reload (the
+    # list does not poll)
+    hub.wait_for(
+        lambda: scheduler(hub, "GET", f"jobs/{done['server']}").json()["status"] == "COMPLETED",
+        what="the scheduler's word that it completed",
+    )
+    reload = wait.until(
+        lambda d: next(
+            (b for b in d.find_elements(By.CSS_SELECTOR, "button") if b.text == "Reload"), None
+        )
+    )
+    reload.click()
+    try:
+        row = wait.until(
+            lambda d: (row := row_of(d, "GPU training")) and "Completed" in row and row
         )
     except TimeoutException:
         listed = scheduler(hub, "GET", "jobs").json()
@@ -228,6 +221,8 @@ def test_schedules_are_refused(hub: Hub):
 
 
 def test_stop_and_delete_cancel_through_the_hub(hub: Hub):
+    other = create(hub, input_uri="sleeper.ipynb", name="kept", runtime_environment_name="gpu-2")
+    assert other.status_code == 200, other.text  # (it waits: the sleeper holds a GPU of two)
     created = create(hub, input_uri="sleeper.ipynb", name="sleeper")
     assert created.status_code == 200, created.text
     job_id = created.json()["job_id"]
@@ -247,9 +242,11 @@ def test_stop_and_delete_cancel_through_the_hub(hub: Hub):
 
     assert scheduler(hub, "DELETE", f"jobs/{job_id}").status_code == 204
     listed = [j["job_id"] for j in scheduler(hub, "GET", "jobs").json()["jobs"]]
-    assert job_id not in listed and listed  # off JupyterLab's list; the first job stays
+    assert job_id not in listed and other.json()["job_id"] in listed  # only it goes
     assert any(j["id"] == number for j in hub_jobs(hub, "bob"))  # the hub keeps its record
     hub.wait_gone("bob", f"job-{number}", timeout=60)
+    kept = other.json()["job_id"]
+    assert scheduler(hub, "PATCH", f"jobs/{kept}", json={"status": "STOPPED"}).status_code == 204
 
 
 def test_outside_a_hub_jupyter_scheduler_is_stock(hub: Hub):
