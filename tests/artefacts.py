@@ -37,8 +37,14 @@ def track_hub(hub: Any) -> None:
 
 
 def _alive(refs: list[weakref.ref[Any]]) -> Iterator[Any]:
-    refs[:] = [r for r in refs if r() is not None]
+    """Those still there and still running (a browser that quit has no driver process)."""
+    refs[:] = [r for r in refs if r() is not None and _running(r())]
     yield from (found for r in refs if (found := r()) is not None)
+
+
+def _running(thing: Any) -> bool:
+    process = getattr(getattr(thing, "service", None), "process", None)
+    return process is None or process.poll() is None
 
 
 def folder_for(nodeid: str, when: str) -> Path:

@@ -44,7 +44,11 @@ ENVIRONMENT = '[role="combobox"], [aria-haspopup="listbox"]'  # the dialog's Sel
 # it redraws: bob's own JupyterLab setting, in his home, as any user could make it.
 EXPOSE_APP = json.dumps({"LabApp": {"expose_app_in_browser": True}})
 # The notebook opened and current, then the Create Job dialog for it, as its toolbar button
-# opens it (the command reads the notebook tracker's current widget).
+# opens it. That button's command (jupyter-scheduler 2.12) takes the file the file browser
+# has selected, which opening a notebook from a link selects only some time later: the
+# dialog opened for no file under load. So the notebook is opened, and selected in the file
+# browser, each step awaited; the answer is the file browser's selection as the command met
+# it.
 CREATE_JOB_FOR = """
 const [path, done] = arguments;
 const app = window.jupyterapp;
@@ -52,9 +56,13 @@ const app = window.jupyterapp;
   await app.restored;
   const notebook = await app.commands.execute('docmanager:open', {path, factory: 'Notebook'});
   await notebook.context.ready;
+  await app.commands.execute('filebrowser:go-to-path', {path, dontShowBrowser: true});
   app.shell.activateById(notebook.id);
+  const browser = [...app.shell.widgets('left')].find(widget => widget.id === 'filebrowser');
+  const selected = [...browser.selectedItems()].map(item => item.path);
   await app.commands.execute('scheduling:create-from-notebook');
-})().then(() => done(''), error => done(String(error)));
+  return selected;
+})().then(selected => done({selected}), error => done({error: String(error)}));
 """
 
 
@@ -119,8 +127,8 @@ def test_a_job_created_in_jupyterlab_runs_on_the_hub_and_shows_completed(hub: Hu
     wait = WebDriverWait(browser, 120, poll_frequency=0.5, ignored_exceptions=STALE)
     wait.until(lambda d: d.execute_script("return !!window.jupyterapp"))
     browser.set_script_timeout(180)
-    failed = browser.execute_async_script(CREATE_JOB_FOR, "train.ipynb")
-    assert not failed, f"JupyterLab could not open the Create Job dialog: {failed}"
+    opened = browser.execute_async_script(CREATE_JOB_FOR, "train.ipynb")
+    assert opened == {"selected": ["train.ipynb"]}, opened
     [input_file] = wait.until(field("inputFile"))
     assert input_file.get_attribute("value") == "train.ipynb"
     # the environment: the GPU profile gpu-2 ("2 GPUs"), of the two the dialog offers
@@ -221,8 +229,6 @@ def test_schedules_are_refused(hub: Hub):
 
 
 def test_stop_and_delete_cancel_through_the_hub(hub: Hub):
-    other = create(hub, input_uri="sleeper.ipynb", name="kept", runtime_environment_name="gpu-2")
-    assert other.status_code == 200, other.text  # (it waits: the sleeper holds a GPU of two)
     created = create(hub, input_uri="sleeper.ipynb", name="sleeper")
     assert created.status_code == 200, created.text
     job_id = created.json()["job_id"]
@@ -232,6 +238,8 @@ def test_stop_and_delete_cancel_through_the_hub(hub: Hub):
         timeout=120,
         what="the sleeper in progress",
     )
+    other = create(hub, input_uri="sleeper.ipynb", name="kept", runtime_environment_name="gpu-2")
+    assert other.status_code == 200, other.text  # (it waits: the sleeper holds a GPU of two)
     stopped = scheduler(hub, "PATCH", f"jobs/{job_id}", json={"status": "STOPPED"})
     assert stopped.status_code == 204, stopped.text
     assert hub.api("GET", f"/users/bob/gpu-jobs/{number}").json()["state"] == "cancelled"
