@@ -22,6 +22,7 @@ from .words import at_clock, count_gpus, duration
 
 PAST_SLACK = 60.0  # seconds: "now" typed a moment ago is not a window in the past
 YEAR = 366 * 24 * 3600.0  # the furthest ahead a window starts, and the longest a booking
+MOST_OWN_BOOKINGS = 20  # a member's bookings not ended, at once (admins' are not counted)
 
 
 class InvalidWindow(ValueError):
@@ -91,6 +92,44 @@ def check_window(start: float, end: float, now: float, longest: float | None = N
             f"The window is {duration(end - start)} long; your group allows "
             f"{duration(longest)} (max_booking)"
         )
+
+
+def check_own_bookings(
+    own: Iterable[Window], start: float, end: float, now: float, longest: float
+) -> None:
+    """InvalidWindow unless a member may add [start, end) to `own` (the bookings they made
+    for themselves): together, from now on, they cover at most `longest` seconds
+    (`max_booking`), and number at most MOST_OWN_BOOKINGS. `max_booking` bounds all a
+    member holds booked, not each window: twenty back-to-back windows of the longest each
+    held half a machine for 40 days. Time is counted once where their windows overlap
+    (`max_gpus_per_user` bounds the GPUs then), and the part of an open window already
+    past is not counted."""
+    ahead = [w for w in own if w.end > now]
+    if len(ahead) >= MOST_OWN_BOOKINGS:
+        raise InvalidWindow(
+            f"You hold {len(ahead)} bookings not yet ended, the most a member may hold at "
+            "once: give one back before booking another"
+        )
+    held = _covered([(w.start, w.end) for w in ahead], now)
+    would = _covered([(w.start, w.end) for w in ahead] + [(start, end)], now)
+    if would > longest:
+        left = longest - held
+        more = f"book at most {duration(left)} more" if left >= 1 else "give one back first"
+        raise InvalidWindow(
+            f"Your bookings already cover {duration(held)} from now, and your group allows "
+            f"{duration(longest)} booked at once (max_booking); this one would make it "
+            f"{duration(would)}: {more}"
+        )
+
+
+def _covered(spans: Iterable[tuple[float, float]], now: float) -> float:
+    """Seconds from `now` on that at least one of the spans [start, end) covers."""
+    total, reached = 0.0, now
+    for start, end in sorted(spans):
+        if end > reached:
+            total += end - max(start, reached)
+            reached = end
+    return total
 
 
 def choose_gpus(

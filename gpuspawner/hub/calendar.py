@@ -19,6 +19,7 @@ from ..core.calendar import (
     InvalidWindow,
     Window,
     ahead_of,
+    check_own_bookings,
     check_window,
     choose_gpus,
     closed_to,
@@ -113,11 +114,17 @@ class Calendar:
         asked: str = "",
     ) -> Window:
         """Book `count` of `candidates` (GPU UUIDs, placement's order) for the window;
-        InvalidWindow with the reason if it cannot be."""
+        InvalidWindow with the reason if it cannot be. `longest`: a member's booking for
+        themselves, bound by their `max_booking` alone and with the others they made (those
+        an admin made for them are an admin's to give, and count for neither)."""
         if bool(user) == bool(group):
             raise InvalidWindow("A booking is for one user or one group")
-        check_window(start, end, self.clock(), longest)
-        gpus = choose_gpus(self.windows(), candidates, count, start, end)
+        now, windows = self.clock(), self.windows()
+        check_window(start, end, now, longest)
+        if longest is not None:
+            own = [w for w in windows if w.user == user and w.by == user]  # not an admin's
+            check_own_bookings(own, start, end, now, longest)
+        gpus = choose_gpus(windows, candidates, count, start, end)
         return self._add(
             Window(0, frozenset(gpus), start, end, user, group, note, let_finish, by, asked)
         )

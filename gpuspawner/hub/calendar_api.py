@@ -11,9 +11,9 @@
     DELETE /hub/api/gpu-calendar/ID         end a window now, or cancel one ahead
 
 Admins (`custom:gpus:admin`) book for anyone and drain. A user books for themselves only
-where one of their groups sets `max_booking` (the longest window), within their
-`max_gpus_per_user`, and may give their own bookings back. Times are ISO 8601; one without
-a zone is UTC.
+where one of their groups sets `max_booking` (how much time all their own bookings may
+cover together), within their `max_gpus_per_user`, and may give their own bookings back.
+Times are ISO 8601; one without a zone is UTC.
 """
 
 from __future__ import annotations

@@ -260,3 +260,26 @@ def test_a_drain_at_a_time_warns_the_servers_on_its_gpus_then_stops_them(hub):
     [drain] = hub.api("GET", "/gpu-calendar").json()["windows"]
     assert calendar_cli(hub, "undrain", str(drain["id"])).returncode == 0
     hub.stop_server("bob")
+
+
+def test_a_members_own_bookings_together_stay_within_max_booking(hub):
+    """The attack run booked twenty back-to-back windows of the longest allowed each."""
+    dave = token_of(hub, "dave")  # patient: max_booking 2 h, max_gpus_per_user 1
+    now = datetime.now(UTC) + timedelta(minutes=5)
+
+    def book(headers, start, end, **body):
+        window = {"gpus": 1, "start": iso(now + start), "end": iso(now + end), **body}
+        return hub.api("POST", "/gpu-calendar/bookings", json=window, headers=headers)
+
+    hour = timedelta(hours=1)
+    made = [book(dave, 0 * hour, 1 * hour), book(dave, 1 * hour, 2 * hour)]
+    assert [m.status_code for m in made] == [201, 201], [m.text for m in made]
+    third = book(dave, 2 * hour, 3 * hour)
+    assert third.status_code == 400, third.text
+    assert "already cover 2 h 0 min" in third.json()["message"]
+    assert "allows 2 h 0 min booked at once (max_booking)" in third.json()["message"]
+    assert len(hub.api("GET", "/gpu-calendar").json()["windows"]) == 2  # nothing booked
+    admins = book({}, 3 * hour, 6 * hour, user="dave")  # the admin token's: not bound
+    assert admins.status_code == 201, admins.text
+    for window in [*made, admins]:
+        assert hub.api("DELETE", f"/gpu-calendar/{window.json()['id']}").status_code == 200
