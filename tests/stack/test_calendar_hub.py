@@ -7,6 +7,7 @@ import sys
 from datetime import UTC, datetime, timedelta
 
 import pytest
+import requests
 from browser import STALE, log_in
 from realhub import PASSWORD, Hub
 from selenium.webdriver.common.by import By
@@ -180,16 +181,21 @@ def test_a_booking_made_before_a_hub_kill_9_opens_after_it_and_stops_whom_it_mus
 @pytest.mark.parametrize(
     ("path", "body", "says"),
     [
-        ("bookings", {"group": "nosuch"}, "No such group: nosuch"),
-        ("bookings", {"user": "nobody"}, "No such user: nobody"),
+        ("bookings", {"group": "nosuch"}, "No such group: 'nosuch'"),
+        ("bookings", {"user": "nobody"}, "No such user: 'nobody'"),
         ("bookings", {"user": "bob", "gpus": 0}, "'gpus' must be a whole number"),
         ("bookings", {"user": "bob", "start": "tomorrow"}, "'start' is not an ISO 8601 time"),
         ("bookings", {"user": "bob", "start": "2020-01-01T09:00Z"}, "starts in the past"),
-        ("bookings", {"user": "bob", "colour": "red"}, "Unknown keys: colour"),
+        ("bookings", {"user": "bob", "colour": "red"}, "Unknown keys: 'colour'"),
         ("bookings", {"user": "bob", "profile": "gpu-9"}, "No whole-GPU profile 'gpu-9'"),
         ("drains", {"reason": "x"}, "Give one of 'gpus', 'model', 'node' or 'all'"),
         ("drains", {"all": True}, "A drain needs a reason"),
-        ("drains", {"gpus": ["GPU-nope"], "reason": "x"}, "No such GPU: GPU-nope"),
+        ("drains", {"gpus": ["GPU-nope"], "reason": "x"}, "No such GPU: 'GPU-nope'"),
+        ("bookings", {"user": "bob", "gpus": 10**30}, "from 1 to 2"),
+        # what a request sent comes back cut short, however long it was
+        ("bookings", {"user": "bob", "start": "9" * 2**20}, "is not an ISO 8601 time: '999"),
+        ("bookings", {"user": "bob", **{f"k{n}": 1 for n in range(3000)}}, "and 2,995 more"),
+        ("drains", {"gpus": [f"GPU-{n}" for n in range(5000)], "reason": "x"}, "and 4,995 more"),
     ],
 )
 def test_a_bad_booking_or_drain_gets_a_specific_400_and_changes_nothing(hub, path, body, says):
@@ -197,7 +203,8 @@ def test_a_bad_booking_or_drain_gets_a_specific_400_and_changes_nothing(hub, pat
         now = datetime.now(UTC)
         body = {"gpus": 1, "start": iso(now), "end": iso(now + timedelta(hours=1)), **body}
     answer = hub.api("POST", f"/gpu-calendar/{path}", json=body)
-    assert answer.status_code == 400 and says in answer.json()["message"], answer.text
+    assert answer.status_code == 400 and says in answer.json()["message"], answer.text[:500]
+    assert len(answer.text) < 400, answer.text[:500]
     assert hub.api("GET", "/gpu-calendar").json()["windows"] == []
 
 
@@ -239,7 +246,10 @@ def test_a_user_books_for_themselves_only_as_far_as_their_group_allows(hub):
     again = book(dave, **hour)  # one more overlapping would hold 2 GPUs at once
     assert again.status_code == 400 and "your bookings in that window hold 1" in again.text
     path = f"/gpu-calendar/{mine.json()['id']}"
-    assert hub.api("DELETE", path, headers=bob).status_code == 403
+    not_bobs, none = (hub.api("DELETE", p, headers=bob) for p in (path, "/gpu-calendar/999999"))
+    assert not_bobs.status_code == none.status_code == 404  # bob cannot tell it exists
+    said = not_bobs.json()["message"].replace(str(mine.json()["id"]), "999999")
+    assert said == none.json()["message"] == "No booking of yours 999999 open or ahead"
     assert hub.api("DELETE", path, headers=dave).status_code == 200
     assert hub.api("GET", "/gpu-calendar").json()["windows"] == []
 
@@ -258,7 +268,8 @@ def test_a_drain_at_a_time_warns_the_servers_on_its_gpus_then_stops_them(hub):
     hub.spawn_ready("bob", profile="gpu-1")
     assert hub.held_by("bob") != [gpu]
     [drain] = hub.api("GET", "/gpu-calendar").json()["windows"]
-    assert calendar_cli(hub, "undrain", str(drain["id"])).returncode == 0
+    done = calendar_cli(hub, "undrain", str(drain["id"]))
+    assert done.returncode == 0, done.stderr
     hub.stop_server("bob")
 
 
@@ -283,3 +294,20 @@ def test_a_members_own_bookings_together_stay_within_max_booking(hub):
     assert admins.status_code == 201, admins.text
     for window in [*made, admins]:
         assert hub.api("DELETE", f"/gpu-calendar/{window.json()['id']}").status_code == 200
+
+
+def test_a_stranger_learns_nothing_of_the_calendar_and_long_ids_are_not_found(hub):
+    now = datetime.now(UTC) + timedelta(hours=1)
+    body = {"user": "bob", "gpus": 1, "start": iso(now), "end": iso(now + timedelta(hours=1))}
+    made = hub.api("POST", "/gpu-calendar/bookings", json=body)
+    assert made.status_code == 201, made.text
+    url = f"{hub.url}/hub/api/gpu-calendar"
+    answers = [
+        requests.delete(f"{url}/{window}", timeout=30) for window in (made.json()["id"], 999999)
+    ]
+    assert [a.status_code for a in answers] == [403, 403]  # before any lookup
+    assert answers[0].json() == answers[1].json()
+    assert requests.post(f"{url}/bookings", json={"gpus": "x"}, timeout=30).status_code == 403
+    for digits in ("9" * 20, "1" + "0" * 30):  # past SQLite's 64-bit INTEGER
+        assert hub.api("DELETE", f"/gpu-calendar/{digits}").status_code == 404
+    assert hub.api("DELETE", f"/gpu-calendar/{made.json()['id']}").status_code == 200
