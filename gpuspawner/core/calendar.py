@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Collection, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .words import at_clock, count_gpus, duration
 
@@ -61,6 +61,17 @@ class Window:
 
     def overlaps(self, start: float, end: float) -> bool:
         return self.start < end and start < self.end
+
+    def state(self, now: float) -> str:
+        """ "open" or "ahead"; for a window just ended, "ended", and "cancelled" for one
+        given back before it opened (`cancelled`): what the command that ended it echoes."""
+        if self.start > now:
+            return "cancelled" if self.end <= self.start else "ahead"
+        return "ended" if self.end <= now else "open"
+
+    def cancelled(self) -> Window:
+        """This window given back before it opened: it never covers a moment."""
+        return replace(self, end=self.start)
 
     def title(self) -> str:
         """What it makes of its GPUs, for a sentence that people other than its holders read

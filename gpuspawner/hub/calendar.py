@@ -149,7 +149,7 @@ class Calendar:
         if window.start > now:
             if self.record is not None:
                 self.record.remove(window.id)
-            return window
+            return window.cancelled()
         if self.record is not None:
             self.record.end(window.id, now)
         return replace(window, end=now)

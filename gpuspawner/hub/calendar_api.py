@@ -37,7 +37,7 @@ from ..core.calendar import InvalidWindow, Window
 from ..core.gpus import GPU
 from ..core.limits import UserLimits
 from ..core.units import Kind
-from ..core.words import iso_utc, listed, quoted
+from ..core.words import count_gpus, iso_utc, listed, quoted
 from . import access
 from .api_base import JSONHandler
 from .broker import Broker
@@ -51,7 +51,7 @@ def window_json(window: Window, now: float) -> dict[str, Any]:
     return {
         "id": window.id,
         "kind": "drain" if window.drain else "booking",
-        "state": "open" if window.open_at(now) else "ahead",
+        "state": window.state(now),
         "gpus": sorted(window.gpus),
         "start": iso_utc(window.start),
         "end": iso_utc(window.end) if math.isfinite(window.end) else None,
@@ -135,7 +135,7 @@ class BookingsHandler(CalendarHandler):
             raise web.HTTPError(400, f"No such user: {quoted(user)}")
         if group and orm.Group.find(self.db, group) is None:
             raise web.HTTPError(400, f"No such group: {quoted(group)}")
-        candidates, asked = _candidates(broker, body, nodes)
+        candidates, asked = _candidates(broker, body, count, nodes)
         try:
             window = broker.calendar.book(
                 candidates,
@@ -288,16 +288,16 @@ def _moment(value: Any, key: str, now: float) -> float:
 
 
 def _candidates(
-    broker: Broker, body: dict[str, Any], nodes: frozenset[str] | None
+    broker: Broker, body: dict[str, Any], count: int, nodes: frozenset[str] | None
 ) -> tuple[list[str], str]:
     """The GPUs a booking may take, those free now first (a booking from now then stops no
     server where it need not), on `nodes` (None: any), and what was asked, in words."""
-    count, site = body.get("gpus"), broker.site
+    site = broker.site
     profile_slug, model = _text(body, "profile"), _text(body, "model")
     if profile_slug and model:
         raise web.HTTPError(400, "Give 'profile' or 'model', not both")
     gpus = [g for g in site.gpus if not g.mig_mode and (nodes is None or g.node in nodes)]
-    asked = f"{count} GPUs"
+    asked = count_gpus(count)
     if profile_slug:
         profile = next((p for p in site.profiles if p.slug == profile_slug), None)
         if profile is None or profile.request.kind is not Kind.GPU:

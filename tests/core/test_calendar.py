@@ -159,3 +159,18 @@ def test_what_a_member_books_one_by_one_never_covers_more_than_max_booking(asked
         held.append(Window(n, frozenset(GPUS[:1]), begin, end, user="dave"))
     covered = {h for w in held for h in range(int(w.start // HOUR), int(w.end // HOUR))}
     assert len(covered) * HOUR <= longest and len(held) <= MOST_OWN_BOOKINGS
+
+
+@pytest.mark.parametrize(
+    ("start", "end", "now", "state"),
+    [
+        (HOUR, 2 * HOUR, 0, "ahead"),
+        (0, 2 * HOUR, HOUR, "open"),
+        (0, math.inf, HOUR, "open"),  # a drain not ended
+        (0, HOUR, HOUR, "ended"),  # ended now (undrain): not "ahead"
+        (HOUR, HOUR, HOUR, "ended"),  # ended as it opened
+        (2 * HOUR, 2 * HOUR, HOUR, "cancelled"),  # given back before it opened
+    ],
+)
+def test_a_window_says_whether_it_is_ahead_open_ended_or_cancelled(start, end, now, state):
+    assert Window(1, frozenset(GPUS), start, end).state(now) == state

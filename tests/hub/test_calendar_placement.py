@@ -67,8 +67,10 @@ def test_a_drain_keeps_every_start_off_its_gpus_until_it_ends_and_holds_across_r
     assert [w.id for w in restarted.calendar.windows()] == [drain.id]
     with pytest.raises(NotEnoughGPUs):
         restarted.take_now(CAROL, 1)
-    restarted.calendar.end(drain.id)
+    assert restarted.calendar.end(drain.id).state(now[0]) == "ended"  # not "ahead"
     assert restarted.take_now(CAROL, 1).uuids == tuple(gpus)
+    later = restarted.calendar.drain(gpus, now[0] + HOUR, "fan", "admin", "all GPUs")
+    assert restarted.calendar.end(later.id).state(now[0]) == "cancelled"
 
 
 def test_a_booking_beyond_what_the_machine_has_is_refused_and_books_nothing(tmp_path):

@@ -60,6 +60,7 @@ def test_a_drain_stops_the_servers_on_its_gpus_files_kept_and_an_undrain_gives_t
     [drain] = hub.api("GET", "/gpu-calendar").json()["windows"]
     done = calendar_cli(hub, "undrain", str(drain["id"]))
     assert done.returncode == 0, done.stderr
+    assert f"drain {drain['id']} (ended): 2 GPUs from" in done.stdout, done.stdout
     hub.spawn_ready("bob", profile="gpu-1")
     hub.stop_server("bob")
 
@@ -70,6 +71,7 @@ def test_a_booking_serves_only_its_holders_and_holds_through_a_hub_kill_9(hub):
     made = hub.api("POST", "/gpu-calendar/bookings", json=body)
     assert made.status_code == 201, made.text
     [booked] = made.json()["gpus"]
+    assert made.json()["asked"] == "1 GPU"  # not "1 GPUs"
     too_many = hub.api("POST", "/gpu-calendar/bookings", json={**body, "gpus": 2})
     assert too_many.status_code == 400 and "Only 1 of the 2 GPUs" in too_many.text
 
@@ -270,6 +272,7 @@ def test_a_drain_at_a_time_warns_the_servers_on_its_gpus_then_stops_them(hub):
     [drain] = hub.api("GET", "/gpu-calendar").json()["windows"]
     done = calendar_cli(hub, "undrain", str(drain["id"]))
     assert done.returncode == 0, done.stderr
+    assert f"drain {drain['id']} (ended): 1 GPU from" in done.stdout, done.stdout
     hub.stop_server("bob")
 
 
