@@ -16,8 +16,13 @@ from gpuspawner.core.calendar import (
     check_window,
     choose_gpus,
     closed_to,
+    drained_now,
     stops_at,
+    with_drains,
 )
+from gpuspawner.core.pool import DeviceState
+from gpuspawner.core.units import whole
+from gpuspawner.devices.simulated import SimulatedSource
 
 GPUS = [f"GPU-{i}" for i in range(4)]
 HOUR = 3600.0
@@ -174,3 +179,30 @@ def test_what_a_member_books_one_by_one_never_covers_more_than_max_booking(asked
 )
 def test_a_window_says_whether_it_is_ahead_open_ended_or_cancelled(start, end, now, state):
     assert Window(1, frozenset(GPUS), start, end).state(now) == state
+
+
+@pytest.mark.parametrize(
+    ("state", "on_drained", "shown"),
+    [
+        (DeviceState.FREE, True, DeviceState.DRAINED),  # placement gives it to nobody
+        (DeviceState.FREE, False, DeviceState.FREE),
+        (DeviceState.ALLOCATED, True, DeviceState.ALLOCATED),  # held until its server stops
+        (DeviceState.STOPPING, True, DeviceState.STOPPING),
+        (DeviceState.UNHEALTHY, True, DeviceState.UNHEALTHY),
+        (DeviceState.EXTERNAL, True, DeviceState.EXTERNAL),
+    ],
+)
+def test_a_free_unit_on_a_drained_gpu_is_shown_drained(state, on_drained, shown):
+    [unit] = [whole(g) for g in SimulatedSource(1).list_gpus()]
+    drained = {unit.gpu} if on_drained else set()
+    assert with_drains({unit.id: state}, [unit], drained) == {unit.id: shown}
+
+
+def test_only_drains_open_now_drain_gpus():
+    drain = Window(1, frozenset(GPUS[:2]), 10 * HOUR, reason="driver update")
+    later = Window(2, frozenset(GPUS[1:3]), 20 * HOUR, reason="fans")
+    booked = Window(3, frozenset(GPUS[3:]), 0, 30 * HOUR, user="alice")
+    windows = [later, drain, booked]
+    assert drained_now(windows, 5 * HOUR) == {}
+    assert drained_now(windows, 10 * HOUR) == {GPUS[0]: drain, GPUS[1]: drain}
+    assert drained_now(windows, 25 * HOUR) == {GPUS[0]: drain, GPUS[1]: drain, GPUS[2]: later}

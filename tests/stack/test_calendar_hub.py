@@ -314,3 +314,31 @@ def test_a_stranger_learns_nothing_of_the_calendar_and_long_ids_are_not_found(hu
     for digits in ("9" * 20, "1" + "0" * 30):  # past SQLite's 64-bit INTEGER
         assert hub.api("DELETE", f"/gpu-calendar/{digits}").status_code == 404
     assert hub.api("DELETE", f"/gpu-calendar/{made.json()['id']}").status_code == 200
+
+
+def test_every_view_shows_drained_gpus_drained_and_not_free(hub):
+    """The attack run: 7 of 8 GPUs drained, and the API, the form and the page said 8 free."""
+    first, second = (gpu["uuid"] for gpu in hub.pool()["gpus"])
+    done = calendar_cli(hub, "drain", "--gpu", first, "--reason", "new fan")
+    assert done.returncode == 0, done.stderr
+    pool = hub.pool()
+    assert pool["free"] == 1 and pool["by_state"]["drained"] == 1
+    [row] = [gpu for gpu in pool["gpus"] if gpu["uuid"] == first]
+    assert (row["state"], row["drained"]) == ("drained", "new fan")
+    metrics = hub.metrics()
+    assert metrics[("gpuspawner_gpus", (("state", "free"),))] == 1
+    assert metrics[("gpuspawner_gpus", (("state", "drained"),))] == 1
+    alice = hub.login("alice")
+    assert "1 of 2</strong> GPUs free" in alice.get(f"{hub.url}/hub/spawn/alice").text
+
+    done = calendar_cli(hub, "drain", "--gpu", second, "--reason", "new fan")
+    assert done.returncode == 0, done.stderr
+    assert hub.pool()["free"] == 0
+    page = alice.get(f"{hub.url}/hub/spawn/alice").text
+    assert "0 of 2</strong> GPUs free" in page
+    assert "no other GPU is left for new starts while it lasts" in page
+    assert "starts go to the others" not in page
+    assert "Needs 1 free GPU(s); 0 free right now." in page  # greyed out, as placement has it
+    for drain in hub.api("GET", "/gpu-calendar").json()["windows"]:
+        assert calendar_cli(hub, "undrain", str(drain["id"])).returncode == 0
+    assert hub.pool()["free"] == 2
