@@ -129,7 +129,7 @@ class Calendar:
         """Book `count` of `candidates` (GPU UUIDs, placement's order) for the window;
         InvalidWindow with the reason if it cannot be. `longest`: a member's booking for
         themselves, bound by their `max_booking` alone and with the others they made (those
-        an admin made for them are an admin's to give, and count for neither)."""
+        an admin made for them are an admin's to give, and do not count toward it)."""
         if bool(user) == bool(group):
             raise InvalidWindow("A booking is for one user or one group")
         now, windows = self.clock(), self.windows()
