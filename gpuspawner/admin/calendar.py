@@ -12,6 +12,7 @@ import json
 import sys
 from typing import Any
 
+from ..core.words import count_gpus
 from .job import HubSaid, call, reach
 
 COLUMNS = ("ID", "KIND", "STATE", "GPUS", "FROM", "TO", "FOR / WHY")
@@ -88,9 +89,12 @@ def table(windows: list[dict[str, Any]]) -> str:
 
 
 def line(window: dict[str, Any]) -> str:
+    """One window in a sentence, as `book`, `drain` and `undrain` echo what they did:
+    "drain 4 (ended): 1 GPU from 2026-12-11 18:00 to 2026-12-11 19:30, new fan (…)"."""
     cells = row(window)
     until = f" to {cells[5]}" if cells[5] else ""
-    return f"{cells[1]} {cells[0]} ({cells[2]}): {cells[3]} GPUs from {cells[4]}{until}, {cells[6]}"
+    gpus = count_gpus(len(window["gpus"]))
+    return f"{cells[1]} {cells[0]} ({cells[2]}): {gpus} from {cells[4]}{until}, {cells[6]}"
 
 
 def _clock(iso: str | None) -> str:

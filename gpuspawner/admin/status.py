@@ -3,7 +3,8 @@ shared GPU's slot), who holds it, and its load.
 
 It asks the hub nothing: Docker's container labels say who holds which GPU
 (as they tell the hub itself after a restart) and NVML, or the simulated
-GPUs, give the load. So it works while the hub is down. For SwarmGPUSpawner it
+GPUs, give the load; the calendar in the hub's usage ledger file (read-only) says which
+GPUs a drain holds out. So it works while the hub is down. For SwarmGPUSpawner it
 reads the swarm's manager and the nodes' agents, as the hub does. With parking on, a GPU
 may have two holders: the checkpoint driver says whose work is parked, by their
 processes, as it tells the hub after a restart.
@@ -12,6 +13,7 @@ processes, as it tells the hub after a restart.
 from __future__ import annotations
 
 import argparse
+import sqlite3
 import sys
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -23,6 +25,7 @@ import docker
 from docker.errors import DockerException
 
 from ..config.parking import checkpoint_hosts
+from ..core.calendar import drained_now
 from ..core.errors import GPUConfigError
 from ..core.gpus import GPU, Telemetry
 from ..core.units import Kind, Sharing, Unit, units_of
@@ -31,7 +34,9 @@ from ..devices.checkpoint import CheckpointError, HostUnreachable
 from ..devices.source import GPUSource, Inventory, discover
 from ..engine.base import Engine, LookPast, Seen, ServerLabels
 from ..engine.docker import DockerEngine
+from ..records.calendar import CalendarRecord
 from . import hubconfig
+from .usage import DEFAULT_LEDGER
 
 HEADERS = ("GPU", "HOLDER", "SINCE", "UTIL", "MEMORY", "TEMP", "UUID", "HEALTH")
 
@@ -74,6 +79,7 @@ class PoolRow:
     since: float | None
     excluded: bool
     empty: bool = False  # a GPU in MIG mode without instances: nothing to hand out
+    drained: str = ""  # why a drain of the calendar holds its GPU out now
 
 
 def main(args: argparse.Namespace) -> int:
@@ -92,9 +98,33 @@ def main(args: argparse.Namespace) -> int:
     if site is not None and getattr(site.spawner, "parking", False):
         holdings = parked(holdings, site.spawner.checkpoint_driver, source)
     samples = source.sample(inventory.machine(node=None))
-    rows = pool_rows(everything, excluded, samples, holdings, inventory.shared)
-    print(render(rows, holdings, time.time()))
+    now = time.time()
+    ledger = Path(site.spawner.usage_ledger_file) if site is not None else Path(DEFAULT_LEDGER)
+    drains, unread = drained_in(ledger, now)
+    rows = pool_rows(everything, excluded, samples, holdings, inventory.shared, drains)
+    print(render(rows, holdings, now))
+    if unread:
+        print(f"Drains are not shown: {unread}.")
     return 0
+
+
+def drained_in(ledger: Path, now: float) -> tuple[dict[str, str], str]:
+    """GPU UUID → why a drain holds it out now, from the calendar in the hub's usage ledger
+    file (as the hub placed: a drained GPU is no free GPU); with why it could not be read,
+    if so. No file there: no drain known, and nothing to say (the hub never ran here)."""
+    try:
+        record = CalendarRecord(ledger, read_only=True)
+    except FileNotFoundError:
+        return {}, ""
+    except sqlite3.Error as error:
+        return {}, f"cannot read {ledger.resolve()}: {error}"
+    try:
+        windows = record.since(now)
+    except sqlite3.Error as error:
+        return {}, f"cannot read the calendar in {ledger.resolve()}: {error}"
+    finally:
+        record.close()
+    return {gpu: window.reason for gpu, window in drained_now(windows, now).items()}, ""
 
 
 def _site(config_path: Path | None, simulate: int | None) -> hubconfig.HubConfig | None:
@@ -174,8 +204,10 @@ def pool_rows(
     samples: Mapping[str, Telemetry],
     holdings: Holdings,
     shared: Mapping[str, Sharing] | None = None,
+    drained: Mapping[str, str] | None = None,
 ) -> list[PoolRow]:
-    """One row per unit: each whole GPU, MIG instance and shared GPU's slot."""
+    """One row per unit: each whole GPU, MIG instance and shared GPU's slot; `drained`: GPU
+    UUID → why a drain holds it out now."""
     rows = []
     for gpu in gpus:
         units = units_of(gpu, (shared or {}).get(gpu.uuid))
@@ -200,7 +232,10 @@ def pool_rows(
                     health=sample.health or of_gpu.health,
                 )
             excluded_here = gpu in excluded
-            rows.append(PoolRow(gpu, unit, sample, tuple(holders), since, excluded_here, not units))
+            why = (drained or {}).get(gpu.uuid, "")
+            rows.append(
+                PoolRow(gpu, unit, sample, tuple(holders), since, excluded_here, not units, why)
+            )
     return rows
 
 
@@ -222,6 +257,8 @@ def render(rows: Sequence[PoolRow], holdings: Holdings, now: float) -> str:
 def _cells(row: PoolRow, now: float) -> tuple[str, ...]:
     sample, gpu, unit = row.sample, row.gpu, row.unit
     idle = "excluded" if row.excluded else "unhealthy" if sample.health else "free"
+    if idle == "free" and row.drained:
+        idle = f"drained ({row.drained})"
     holder = ", ".join(row.holders) or idle
     total = gib(unit.memory_bytes) if unit.kind.facts.own_memory else gpu.memory_gib
     memory = (
@@ -254,7 +291,7 @@ def _since(since: float, now: float) -> str:
 
 def _summary(rows: Sequence[PoolRow], holdings: Holdings) -> list[str]:
     pool = [r for r in rows if not r.excluded and not r.empty]
-    free = [r for r in pool if not r.holders and not r.sample.health]
+    free = [r for r in pool if not r.holders and not r.sample.health and not r.drained]
     kinds = {r.unit.kind for r in pool}
     if all(kind.facts.whole for kind in kinds):
         lines = [f"{len(free)} of {len(pool)} GPU(s) free."]
@@ -270,6 +307,10 @@ def _summary(rows: Sequence[PoolRow], holdings: Holdings) -> list[str]:
     unhealthy = [f"GPU {index} ({health})" for index, health in sorted(sick)]
     if unhealthy:
         lines.append(f"Unhealthy, not handed out: {', '.join(unhealthy)}.")
+    out = sorted({(r.gpu.index, r.drained) for r in pool if r.drained})
+    if out:
+        drained = ", ".join(f"GPU {index} ({why})" for index, why in out)
+        lines.append(f"Drained by the calendar, not handed out: {drained}.")
     cpu_only = sorted(s.name for s in holdings.servers if not s.units)
     if cpu_only:
         lines.append(f"CPU-only servers: {', '.join(cpu_only)}.")

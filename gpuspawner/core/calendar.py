@@ -15,13 +15,17 @@ avoid (`ahead_of`), and when a running server must stop (`stops_at`).
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 
+from .pool_view import DeviceState
+from .units import Unit
 from .words import at_clock, count_gpus, duration
 
 PAST_SLACK = 60.0  # seconds: "now" typed a moment ago is not a window in the past
 YEAR = 366 * 24 * 3600.0  # the furthest ahead a window starts, and the longest a booking
+MOST_OWN_BOOKINGS = 20  # a member's bookings not ended, at once (admins' are not counted)
+NONE_LEFT = "no other GPU is left for new starts while it lasts."  # a drain of every GPU
 
 
 class InvalidWindow(ValueError):
@@ -61,6 +65,17 @@ class Window:
     def overlaps(self, start: float, end: float) -> bool:
         return self.start < end and start < self.end
 
+    def state(self, now: float) -> str:
+        """ "open" or "ahead"; for a window just ended, "ended", and "cancelled" for one
+        given back before it opened (`cancelled`): what the command that ended it echoes."""
+        if self.start > now:
+            return "cancelled" if self.end <= self.start else "ahead"
+        return "ended" if self.end <= now else "open"
+
+    def cancelled(self) -> Window:
+        """This window given back before it opened: it never covers a moment."""
+        return replace(self, end=self.start)
+
     def title(self) -> str:
         """What it makes of its GPUs, for a sentence that people other than its holders read
         ("its GPU is …"): "booked for group ml", "booked for another user" (who holds GPUs
@@ -93,6 +108,44 @@ def check_window(start: float, end: float, now: float, longest: float | None = N
         )
 
 
+def check_own_bookings(
+    own: Iterable[Window], start: float, end: float, now: float, longest: float
+) -> None:
+    """InvalidWindow unless a member may add [start, end) to `own` (the bookings they made
+    for themselves): together, from now on, they cover at most `longest` seconds
+    (`max_booking`), and number at most MOST_OWN_BOOKINGS. `max_booking` bounds all a
+    member holds booked, not each window: twenty back-to-back windows of the longest each
+    held half a machine for 40 days. Time is counted once where their windows overlap
+    (`max_gpus_per_user` bounds the GPUs then), and the part of an open window already
+    past is not counted."""
+    ahead = [w for w in own if w.end > now]
+    if len(ahead) >= MOST_OWN_BOOKINGS:
+        raise InvalidWindow(
+            f"You hold {len(ahead)} bookings not yet ended, the most a member may hold at "
+            "once: give one back before booking another"
+        )
+    held = _covered([(w.start, w.end) for w in ahead], now)
+    would = _covered([(w.start, w.end) for w in ahead] + [(start, end)], now)
+    if would > longest:
+        left = longest - held
+        more = f"book at most {duration(left)} more" if left >= 1 else "give one back first"
+        raise InvalidWindow(
+            f"Your bookings already cover {duration(held)} from now, and your group allows "
+            f"{duration(longest)} booked at once (max_booking); this one would make it "
+            f"{duration(would)}: {more}"
+        )
+
+
+def _covered(spans: Iterable[tuple[float, float]], now: float) -> float:
+    """Seconds from `now` on that at least one of the spans [start, end) covers."""
+    total, reached = 0.0, now
+    for start, end in sorted(spans):
+        if end > reached:
+            total += end - max(start, reached)
+            reached = end
+    return total
+
+
 def choose_gpus(
     windows: Iterable[Window], candidates: Sequence[str], count: int, start: float, end: float
 ) -> tuple[str, ...]:
@@ -120,6 +173,29 @@ def closed_to(
             for gpu in window.gpus:
                 closed.setdefault(gpu, window)
     return closed
+
+
+def drained_now(windows: Iterable[Window], now: float) -> dict[str, Window]:
+    """GPU → the drain that holds it out now (the first to have opened)."""
+    drained: dict[str, Window] = {}
+    for window in sorted(windows, key=lambda w: w.start):
+        if window.drain and window.open_at(now):
+            for gpu in window.gpus:
+                drained.setdefault(gpu, window)
+    return drained
+
+
+def with_drains(
+    states: Mapping[str, DeviceState], units: Iterable[Unit], drained: Collection[str]
+) -> dict[str, DeviceState]:
+    """Each unit's state as people are shown it: a free unit on a drained GPU reads drained,
+    since placement gives it to nobody (the pool knows nothing of the calendar, and showed
+    seven drained GPUs of eight as free); a held one reads held until its server stops."""
+    shown = dict(states)
+    for unit in units:
+        if unit.gpu in drained and shown.get(unit.id) is DeviceState.FREE:
+            shown[unit.id] = DeviceState.DRAINED
+    return shown
 
 
 def ahead_of(
@@ -155,28 +231,39 @@ def stops_at(
 
 
 def said_to(
-    windows: Iterable[Window], user: str, groups: Collection[str], now: float, until: float
+    windows: Iterable[Window],
+    user: str,
+    groups: Collection[str],
+    now: float,
+    until: float,
+    gpus: Collection[str],
 ) -> list[str]:
     """What the spawn form tells a user of the calendar: windows open now or opening before
-    `until` on the machine's GPUs, those that serve them and those that keep them off."""
+    `until` on the machine's GPUs (`gpus`: all of them), those that serve them and those that
+    keep them off; where no other GPU is left to them then (a drain of every GPU), it says
+    so rather than that starts go to the others."""
+    windows = sorted(windows, key=lambda w: w.start)
     lines = []
-    for window in sorted(windows, key=lambda w: w.start):
+    for window in windows:
         if window.end <= now or window.start >= until:
             continue
-        gpus = count_gpus(len(window.gpus))
+        said = f"{count_gpus(len(window.gpus))} {_are(window)}"
         to = f" to {at_clock(window.end, now)}" if math.isfinite(window.end) else ""
         if window.serves(user, groups):
             lines.append(
-                f"{gpus} {_are(window)} booked for you{_while(window, now)}{to}: "
-                "your start takes them first."
+                f"{said} booked for you{_while(window, now)}{to}: your start takes them first."
             )
-        elif window.open_at(now):
-            lines.append(f"{gpus} {_are(window)} {window.title()}{to}: starts go to the others.")
+            continue
+        moment = max(now, window.start)
+        left = set(gpus) - closed_to(windows, user, groups, moment).keys()
+        if window.open_at(now):
+            then = "starts go to the others." if left else NONE_LEFT
+            lines.append(f"{said} {window.title()}{to}: {then}")
         else:
+            then = "; starts go to other GPUs while any is free." if left else f", and {NONE_LEFT}"
             lines.append(
-                f"{gpus} {_are(window)} {window.title()} from {at_clock(window.start, now)}{to}: "
-                "a server on them then stops (files kept); starts go to other GPUs while any "
-                "is free."
+                f"{said} {window.title()} from {at_clock(window.start, now)}{to}: "
+                f"a server on them then stops (files kept){then}"
             )
     return lines
 

@@ -143,15 +143,16 @@ class Pool(Books):
             weights = [u.weight for u in self._units.values() if request.matches(u)]
         return min(weights, default=Fraction(1))
 
-    def refusal(self, request: Request) -> NotEnoughGPUs | None:
+    def refusal(self, request: Request, keep: frozenset[str] = frozenset()) -> NotEnoughGPUs | None:
         """What allocating `request` for a person now would be refused with for want of
         units (limits aside), without taking anything: for the spawn form. A start that
-        would share a GPU in turns is not refused."""
+        would share a GPU in turns is not refused. `keep`: units it may not be given (the
+        calendar's, for this person now), as `allocate` has them."""
         with self._lock:
             try:
-                self._choose_for(request, job=False)
+                self._choose_for(request, job=False, keep=keep)
             except NotEnoughGPUs as short:
-                return None if self._turn_on(request, frozenset()) else short
+                return None if self._turn_on(request, keep) else short
             return None
 
     def fits_if_freed(

@@ -22,6 +22,7 @@ class DeviceState(StrEnum):
     STOPPING = "stopping"
     UNHEALTHY = "unhealthy"
     EXTERNAL = "external"
+    DRAINED = "drained"  # free, but a drain of the calendar holds it out (never the pool's)
 
 
 class PoolView(Protocol):
@@ -51,7 +52,9 @@ class PoolView(Protocol):
 
     def on_one_machine(self, request: Request, usable: bool = False) -> int: ...
 
-    def refusal(self, request: Request) -> NotEnoughGPUs | None: ...
+    def refusal(
+        self, request: Request, keep: frozenset[str] = frozenset()
+    ) -> NotEnoughGPUs | None: ...
 
     def fits_if_freed(
         self, request: Request, freed: frozenset[str], claimed: frozenset[str] = frozenset()

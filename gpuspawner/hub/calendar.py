@@ -19,14 +19,18 @@ from ..core.calendar import (
     InvalidWindow,
     Window,
     ahead_of,
+    check_own_bookings,
     check_window,
     choose_gpus,
     closed_to,
+    drained_now,
     said_to,
+    with_drains,
 )
 from ..core.calendar import stops_at as window_stops
 from ..core.placement import NotEnoughGPUs
-from ..core.pool import Admission, Grant, Holder, Pool
+from ..core.pool import Admission, DeviceState, Grant, Holder, Pool
+from ..core.pool_view import PoolView
 from ..core.units import Request
 from ..core.usage import WEEK
 from ..records.calendar import CalendarRecord
@@ -86,12 +90,22 @@ class Calendar:
         user, gpus = grant.holder.user, {u.gpu for u in grant.units}
         return window_stops(windows, gpus, user, self.groups_of(user), grant.since, self.clock())
 
+    def drained(self) -> dict[str, Window]:
+        """GPU → the drain that holds it out now."""
+        return drained_now(self.windows(), self.clock())
+
+    def states(self, pool: PoolView) -> dict[str, DeviceState]:
+        """Each unit's state as the form, the GPUs page, the API and the metrics show it:
+        the pool's, with free units on drained GPUs drained, as placement has them."""
+        return with_drains(pool.states(), pool.units, self.drained())
+
     def said_to(self, user: str, lasts: float | None) -> list[str]:
         """The lines on the calendar for `user`, whose server may run `lasts` seconds (None:
         a week is told; 0: the windows open now, for a start waiting in line)."""
         now = self.clock()
         until = now + (WEEK if lasts is None else max(lasts, 1.0))
-        return said_to(self.windows(), user, self.groups_of(user), now, until)
+        gpus = [g.uuid for g in self.site.gpus]
+        return said_to(self.windows(), user, self.groups_of(user), now, until, gpus)
 
     def _units_on(self, gpus: Collection[str]) -> frozenset[str]:
         return frozenset(u.id for u in self.site.units if u.gpu in gpus)
@@ -113,11 +127,17 @@ class Calendar:
         asked: str = "",
     ) -> Window:
         """Book `count` of `candidates` (GPU UUIDs, placement's order) for the window;
-        InvalidWindow with the reason if it cannot be."""
+        InvalidWindow with the reason if it cannot be. `longest`: a member's booking for
+        themselves, bound by their `max_booking` alone and with the others they made (those
+        an admin made for them are an admin's to give, and do not count toward it)."""
         if bool(user) == bool(group):
             raise InvalidWindow("A booking is for one user or one group")
-        check_window(start, end, self.clock(), longest)
-        gpus = choose_gpus(self.windows(), candidates, count, start, end)
+        now, windows = self.clock(), self.windows()
+        check_window(start, end, now, longest)
+        if longest is not None:
+            own = [w for w in windows if w.user == user and w.by == user]  # not an admin's
+            check_own_bookings(own, start, end, now, longest)
+        gpus = choose_gpus(windows, candidates, count, start, end)
         return self._add(
             Window(0, frozenset(gpus), start, end, user, group, note, let_finish, by, asked)
         )
@@ -142,7 +162,7 @@ class Calendar:
         if window.start > now:
             if self.record is not None:
                 self.record.remove(window.id)
-            return window
+            return window.cancelled()
         if self.record is not None:
             self.record.end(window.id, now)
         return replace(window, end=now)

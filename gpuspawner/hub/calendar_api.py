@@ -9,11 +9,16 @@
                                             "model", "node" or "all": true; "start"
                                             (default now) (custom:gpus:admin)
     DELETE /hub/api/gpu-calendar/ID         end a window now, or cancel one ahead
+                                            (admins; a user their own booking)
+
+Who may ask is checked before anything is read or looked up, so that a stranger learns
+nothing (not even whether a window exists); what a request sent is echoed back in an error
+cut short (`words.quoted`, `words.listed`), however long it was.
 
 Admins (`custom:gpus:admin`) book for anyone and drain. A user books for themselves only
-where one of their groups sets `max_booking` (the longest window), within their
-`max_gpus_per_user`, and may give their own bookings back. Times are ISO 8601; one without
-a zone is UTC.
+where one of their groups sets `max_booking` (how much time all their own bookings may
+cover together), within their `max_gpus_per_user`, and may give their own bookings back.
+Times are ISO 8601; one without a zone is UTC.
 """
 
 from __future__ import annotations
@@ -30,8 +35,9 @@ from tornado import web
 
 from ..core.calendar import InvalidWindow, Window
 from ..core.gpus import GPU
+from ..core.limits import UserLimits
 from ..core.units import Kind
-from ..core.words import iso_utc
+from ..core.words import count_gpus, iso_utc, listed, quoted
 from . import access
 from .api_base import JSONHandler
 from .broker import Broker
@@ -45,7 +51,7 @@ def window_json(window: Window, now: float) -> dict[str, Any]:
     return {
         "id": window.id,
         "kind": "drain" if window.drain else "booking",
-        "state": "open" if window.open_at(now) else "ahead",
+        "state": window.state(now),
         "gpus": sorted(window.gpus),
         "start": iso_utc(window.start),
         "end": iso_utc(window.end) if math.isfinite(window.end) else None,
@@ -74,11 +80,20 @@ class CalendarHandler(JSONHandler):
             raise web.HTTPError(400, "The body must be a JSON object")
         unknown = sorted(set(body) - keys)
         if unknown:
-            raise web.HTTPError(400, f"Unknown keys: {', '.join(unknown)}")
+            raise web.HTTPError(400, f"Unknown keys: {listed([quoted(k) for k in unknown])}")
         return body
 
     def _admin(self) -> bool:
         return bool(has_scope(access.ADMIN, self.parsed_scopes, db=self.db))
+
+    def _own_login(self) -> bool:
+        """A user's own login or token, one that may start and stop their servers: what
+        books for them and gives their bookings back (not a service's, not a read-only
+        token's)."""
+        me = self.current_user
+        return getattr(me, "kind", "user") == "user" and bool(
+            has_scope(f"servers!user={me.name}", self.parsed_scopes, db=self.db)
+        )
 
     def _changed(self, window: Window, status: int) -> None:
         broker = Broker.current()
@@ -96,25 +111,31 @@ class WindowsHandler(CalendarHandler):
 
 class BookingsHandler(CalendarHandler):
     def post(self) -> None:
-        if self.current_user is None:
+        me = self.current_user
+        if me is None:
             raise web.HTTPError(403, "Log in to book GPUs")
-        body = self._body(BOOKING_KEYS)
         broker = Broker.current()
-        now = broker.clock()
-        start, end = _moment(body.get("start"), "start", now), _moment(body.get("end"), "end", now)
-        count, let_finish = _count(body.get("gpus")), _flag(body, "let_finish")
-        user, group = _text(body, "user"), _text(body, "group")
-        longest, nodes = None, None
+        member = None  # an admin books for anyone; a member for themselves, by their limits
         if self._admin():
             access.require(self, "delete:servers")  # its window stops servers on its GPUs
         else:
-            user, longest, nodes = self._own_booking(broker, body, count, start, end)
-            group, let_finish = "", True  # a member's booking stops nobody's server
+            member = self._member(broker)
+        body = self._body(BOOKING_KEYS)
+        now = broker.clock()
+        start, end = _moment(body.get("start"), "start", now), _moment(body.get("end"), "end", now)
+        count = _count(body.get("gpus"), len(broker.site.gpus))
+        let_finish = _flag(body, "let_finish")
+        user, group = _text(body, "user"), _text(body, "group")
+        longest, nodes = None, None
+        if member is not None:
+            self._own_booking(broker, member, body, count, start, end)
+            user, group, let_finish = me.name, "", True  # a member's booking stops nobody
+            longest, nodes = member.duration("max_booking").value, member.nodes.value
         if user and orm.User.find(self.db, user) is None:
-            raise web.HTTPError(400, f"No such user: {user}")
+            raise web.HTTPError(400, f"No such user: {quoted(user)}")
         if group and orm.Group.find(self.db, group) is None:
-            raise web.HTTPError(400, f"No such group: {group}")
-        candidates, asked = _candidates(broker, body, nodes)
+            raise web.HTTPError(400, f"No such group: {quoted(group)}")
+        candidates, asked = _candidates(broker, body, count, nodes)
         try:
             window = broker.calendar.book(
                 candidates,
@@ -126,25 +147,39 @@ class BookingsHandler(CalendarHandler):
                 longest=longest,
                 let_finish=let_finish,
                 note=_text(body, "note"),
-                by=self.current_user.name,
+                by=me.name,
                 asked=asked,
             )
         except InvalidWindow as invalid:
             raise web.HTTPError(400, str(invalid)) from None
-        self.log.info("gpuspawner: %s booked %s", self.current_user.name, window)
+        self.log.info("gpuspawner: %s booked %s", me.name, window)
         self._changed(window, 201)
 
-    def _own_booking(
-        self, broker: Broker, body: dict[str, Any], count: int, start: float, end: float
-    ) -> tuple[str, float, frozenset[str] | None]:
-        """A user's booking for themselves: where their groups allow it (`max_booking`), on
-        profiles and machines they may use, and with their bookings in that window within
-        their `max_gpus_per_user`. Returns their name, the longest window, their machines."""
-        me = self.current_user
-        if getattr(me, "kind", "user") != "user" or not has_scope(
-            f"servers!user={me.name}", self.parsed_scopes, db=self.db
-        ):
+    def _member(self, broker: Broker) -> UserLimits:
+        """A user who books for themselves, before their request is read: with their own
+        login or token, in a group that lets members book (`max_booking`). Their limits."""
+        if not self._own_login():
             raise web.HTTPError(403, "Only a user's own login or token books GPUs for them")
+        limits = broker.limits_for(self.current_user)
+        if limits.duration("max_booking").value is None:
+            raise web.HTTPError(
+                403, "Your groups do not let members book GPUs (max_booking): ask an admin"
+            )
+        return limits
+
+    def _own_booking(
+        self,
+        broker: Broker,
+        limits: UserLimits,
+        body: dict[str, Any],
+        count: int,
+        start: float,
+        end: float,
+    ) -> None:
+        """What a member asks for: for themselves only, on profiles they may use, and with
+        their bookings in that window within their `max_gpus_per_user` (the calendar bounds
+        the time all of theirs cover, `max_booking`)."""
+        me = self.current_user
         if (
             body.get("group")
             or body.get("user") not in (None, "", me.name)
@@ -153,14 +188,9 @@ class BookingsHandler(CalendarHandler):
             raise web.HTTPError(
                 403, "Only admins book for others or for a group, or let servers finish"
             )
-        limits = broker.limits_for(me)
-        longest = limits.duration("max_booking")
-        if longest.value is None:
-            raise web.HTTPError(
-                403, "Your groups do not let members book GPUs (max_booking): ask an admin"
-            )
-        if body.get("profile") and not limits.may_pick(str(body["profile"])):
-            raise web.HTTPError(403, f"Profile {body['profile']!r} is not available to you")
+        profile = str(body.get("profile") or "")
+        if profile and not limits.may_pick(profile):
+            raise web.HTTPError(403, f"Profile {quoted(profile)} is not available to you")
         most = limits.max_gpus_per_user.value
         mine = sum(
             len(w.gpus)
@@ -173,7 +203,6 @@ class BookingsHandler(CalendarHandler):
                 f"You may hold {most} GPUs at once (max_gpus_per_user), and your bookings in "
                 f"that window hold {mine}: book at most {max(0, most - mine)}",
             )
-        return me.name, float(longest.value), limits.nodes.value
 
 
 class DrainsHandler(CalendarHandler):
@@ -197,16 +226,30 @@ class DrainsHandler(CalendarHandler):
 
 class WindowHandler(CalendarHandler):
     def delete(self, window_id: str) -> None:
-        broker = Broker.current()
-        window = next((w for w in broker.calendar.windows() if w.id == int(window_id)), None)
+        """Who asks is checked before the window is looked up: a stranger gets 403 whether
+        it exists or not, and a user who is not an admin finds only their own bookings."""
         me = self.current_user
+        if me is None:
+            raise web.HTTPError(403, "Log in to end a booking or a drain")
+        admin = self._admin()
+        if not (admin or self._own_login()):
+            raise web.HTTPError(
+                403, "Only admins, or a user with their own login or token, end bookings"
+            )
+        broker = Broker.current()
+        window = next(
+            (
+                w
+                for w in broker.calendar.windows()
+                if w.id == int(window_id) and (admin or w.user == me.name)
+            ),
+            None,
+        )
         if window is None:
-            raise web.HTTPError(404, f"No booking or drain {window_id} open or ahead")
-        own = me is not None and getattr(me, "kind", "user") == "user" and window.user == me.name
-        if not (self._admin() or own):
-            raise web.HTTPError(403, "Only admins, or the user it is booked for, may end it")
+            mine = "booking or drain" if admin else "booking of yours"
+            raise web.HTTPError(404, f"No {mine} {window_id} open or ahead")
         ended = broker.calendar.end(window.id)
-        self.log.info("gpuspawner: %s ended %s", me.name if me else "?", ended)
+        self.log.info("gpuspawner: %s ended %s", me.name, ended)
         self._changed(ended, 200)
 
 
@@ -224,9 +267,11 @@ def _flag(body: dict[str, Any], key: str) -> bool:
     return value
 
 
-def _count(value: Any) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise web.HTTPError(400, "'gpus' must be a whole number of GPUs, at least 1")
+def _count(value: Any, most: int) -> int:
+    """A number of GPUs to book: 1 to the `most` the machine has (a larger one is echoed in
+    no message)."""
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= most:
+        raise web.HTTPError(400, f"'gpus' must be a whole number of GPUs, from 1 to {most}")
     return value
 
 
@@ -238,36 +283,39 @@ def _moment(value: Any, key: str, now: float) -> float:
     try:
         when = datetime.fromisoformat(value)
     except ValueError:
-        raise web.HTTPError(400, f"{key!r} is not an ISO 8601 time: {value!r}") from None
+        raise web.HTTPError(400, f"{key!r} is not an ISO 8601 time: {quoted(value)}") from None
     return (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp()
 
 
 def _candidates(
-    broker: Broker, body: dict[str, Any], nodes: frozenset[str] | None
+    broker: Broker, body: dict[str, Any], count: int, nodes: frozenset[str] | None
 ) -> tuple[list[str], str]:
     """The GPUs a booking may take, those free now first (a booking from now then stops no
     server where it need not), on `nodes` (None: any), and what was asked, in words."""
-    count, site = body.get("gpus"), broker.site
+    site = broker.site
     profile_slug, model = _text(body, "profile"), _text(body, "model")
     if profile_slug and model:
         raise web.HTTPError(400, "Give 'profile' or 'model', not both")
     gpus = [g for g in site.gpus if not g.mig_mode and (nodes is None or g.node in nodes)]
-    asked = f"{count} GPUs"
+    asked = count_gpus(count)
     if profile_slug:
         profile = next((p for p in site.profiles if p.slug == profile_slug), None)
         if profile is None or profile.request.kind is not Kind.GPU:
-            raise web.HTTPError(400, f"No whole-GPU profile {profile_slug!r}: bookings are of GPUs")
+            raise web.HTTPError(
+                400, f"No whole-GPU profile {quoted(profile_slug)}: bookings are of GPUs"
+            )
         matched = {u.gpu for u in site.units if profile.request.matches(u)}
         gpus, asked = [g for g in gpus if g.uuid in matched], f"{count} × {profile_slug}"
     elif model:
         gpus, asked = [g for g in gpus if g.model.lower() == model.lower()], f"{count} × {model}"
         if not gpus:
-            raise web.HTTPError(400, f"No GPU is a {model}")
+            raise web.HTTPError(400, f"No GPU is a {quoted(model)}")
     held = {u.gpu for grant in broker.pool.grants() for u in grant.units}
     return [g.uuid for g in sorted(gpus, key=lambda g: g.uuid in held)], asked
 
 
 def _drained(broker: Broker, body: dict[str, Any]) -> tuple[list[str], str]:
+    """The GPUs a drain takes out, and what was asked, in words."""
     gpus = broker.site.gpus
     given = [key for key in ("gpus", "model", "node", "all") if key in body]
     if len(given) != 1:
@@ -276,21 +324,27 @@ def _drained(broker: Broker, body: dict[str, Any]) -> tuple[list[str], str]:
         asked = body["gpus"]
         if not isinstance(asked, list) or not all(isinstance(u, str) for u in asked):
             raise web.HTTPError(400, "'gpus' must be a list of GPU UUIDs")
+        asked = list(dict.fromkeys(asked))  # each once, however often it was sent
         unknown = sorted(set(asked) - {g.uuid for g in gpus})
         if unknown:
-            raise web.HTTPError(400, f"No such GPU: {', '.join(unknown)}")
-        return list(asked), ", ".join(asked)
-    if "model" in body or "node" in body:
-        key = "model" if "model" in body else "node"
-        name = _text(body, key)
-        if not name:
-            raise web.HTTPError(400, f"{key!r} must name a {key}")
-        if key == "model":
-            return [g.uuid for g in gpus if g.model.lower() == name.lower()], f"model {name}"
-        return [g.uuid for g in gpus if g.node == name], f"node {name}"
-    if body["all"] is not True:
+            raise web.HTTPError(400, f"No such GPU: {listed([quoted(u) for u in unknown])}")
+        return asked, ", ".join(asked)  # known GPUs only, each once: as long as the machine
+    if body.get("all", True) is not True:
         raise web.HTTPError(400, "'all' must be true")
-    return [g.uuid for g in gpus], "all GPUs"
+    if "all" in body:
+        return [g.uuid for g in gpus], "all GPUs"
+    key = given[0]
+    name = _text(body, key)
+    if not name:
+        raise web.HTTPError(400, f"{key!r} must name a {key}")
+    if key == "model":
+        found = [g.uuid for g in gpus if g.model.lower() == name.lower()]
+    else:
+        found = [g.uuid for g in gpus if g.node == name]
+    if not found:
+        where = "a" if key == "model" else "on node"
+        raise web.HTTPError(400, f"No GPU is {where} {quoted(name)}")
+    return found, f"{key} {name}"
 
 
 def handlers(hub_prefix: str) -> list[tuple[str, type]]:

@@ -14,7 +14,7 @@ import jinja2
 
 from ..core.limits import LimitExceeded, UserLimits
 from ..core.nodes import Count, counts_by_node
-from ..core.pool_view import PoolView
+from ..core.pool_view import DeviceState, PoolView
 from ..core.profiles import Profile, default_profile
 from ..core.units import Unit
 from ..core.words import amount, count_gpus, duration, from_group, your_server
@@ -59,10 +59,12 @@ class NoticeRow:
         return self.text
 
 
-def by_machine(pool: PoolView, nodes: Collection[str] | None = None) -> list[tuple[str, Count]]:
+def by_machine(
+    pool: PoolView, states: Mapping[str, DeviceState], nodes: Collection[str] | None = None
+) -> list[tuple[str, Count]]:
     """Free and total GPUs (of every kind) on each of the user's machines, where the pool
-    spans more than one; [] on one host."""
-    counts = counts_by_node(pool.units, pool.states())
+    spans more than one; [] on one host. `states`: each unit's, as shown (drains count)."""
+    counts = counts_by_node(pool.units, states)
     found = [
         (node, Count(sum(c.free for c in kinds.values()), sum(c.total for c in kinds.values())))
         for node, kinds in counts.items()
@@ -71,10 +73,12 @@ def by_machine(pool: PoolView, nodes: Collection[str] | None = None) -> list[tup
     return found if len(counts) > 1 else []
 
 
-def availability(pool: PoolView, nodes: Collection[str] | None = None) -> list[Availability]:
+def availability(
+    pool: PoolView, states: Mapping[str, DeviceState], nodes: Collection[str] | None = None
+) -> list[Availability]:
     """Free and total units of each kind and model, in the pool's order, on the machines
-    `nodes` names (a user's groups' `nodes`; None: every machine)."""
-    states = pool.states()
+    `nodes` names (a user's groups' `nodes`; None: every machine). `states`: each unit's, as
+    shown (a drained unit is not free: `Calendar.states`)."""
     groups: dict[tuple[object, ...], list[Unit]] = {}
     for unit in pool.units:
         if nodes is not None and unit.node not in nodes:
@@ -84,7 +88,7 @@ def availability(pool: PoolView, nodes: Collection[str] | None = None) -> list[A
     return [
         Availability(
             units[0].kind.value,
-            sum(states[u.id] == "free" for u in units),
+            sum(states[u.id] is DeviceState.FREE for u in units),
             len(units),
             units[0].free_of_its_kind,
         )
@@ -107,17 +111,24 @@ class Blocked:
     if_waiting: str = ""
 
 
-def _blocked(profile: Profile, limits: UserLimits, user_id: int, pool: PoolView) -> Blocked:
+def _blocked(
+    profile: Profile,
+    limits: UserLimits,
+    user_id: int,
+    pool: PoolView,
+    keep: frozenset[str] = frozenset(),
+) -> Blocked:
     """Why `profile` cannot start now (no reason when it can), and what waiting in line
     would mean where it could change that (too few free units of a kind one machine has
-    enough of, or the group's quota full)."""
+    enough of, or the group's quota full). `keep`: units the calendar keeps from this user
+    now (drained, or booked for others), which placement would not give them either."""
     request = limits.request_for(profile)
     try:
         limits.admit(pool.weight_of(request), user_id, pool.usage())
     except LimitExceeded as exceeded:
         waits = f"{exceeded.state} {WAIT} until a group member's server stops"
         return Blocked(str(exceeded), waits if exceeded.waitable else "")
-    short = pool.refusal(request)
+    short = pool.refusal(request, keep)
     if short is None:
         return Blocked()
     reason = short.why
@@ -138,17 +149,18 @@ def profile_rows(
     waiting: Mapping[str, int] | None = None,
     over_budget: str = "",
     may_wait: bool = True,
+    keep: frozenset[str] = frozenset(),
 ) -> list[ProfileRow]:
     """The profiles this user may pick, each startable or with its reason; how many wait for
     each. Where the user may wait in line (max_wait, and a place left for them in it), a full
     pool or quota greys nothing out: the row says they would wait instead. `over_budget`: why
     no GPU profile may start now (a used-up GPU-hour budget), if so; waiting cannot change
-    that."""
+    that. `keep`: units the calendar keeps from this user now (`Kept.now`)."""
     visible = [p for p in profiles if limits.may_pick(p.slug)]
     blocked = {
         p.slug: Blocked(over_budget)
         if over_budget and p.request.kind is not None
-        else _blocked(p, limits, user_id, pool)
+        else _blocked(p, limits, user_id, pool, keep)
         for p in visible
     }
     max_wait = limits.max_wait

@@ -41,13 +41,14 @@ class PoolCollector(Collector):
         except BrokerNotRunning:
             return
         pool = broker.pool
-        states = pool.states()
+        states = broker.calendar.states(pool)  # a drained GPU is counted drained, not free
         units = pool.units
         by_state = GaugeMetricFamily(
             "gpuspawner_gpus",
             "GPUs in the pool by state, in GPU-equivalents (a MIG instance: its share of its "
             "GPU; a shared GPU's slot: 1/slots). Stopping: the server ended, Docker has not "
-            "yet confirmed its container gone.",
+            "yet confirmed its container gone. Drained: free, but a drain of the calendar "
+            "holds it out.",
             labels=["state"],
         )
         by_kind = GaugeMetricFamily(
@@ -271,13 +272,11 @@ class CalendarCollector(Collector):
             broker = Broker.current()
         except BrokerNotRunning:
             return
-        now = broker.clock()
         drained = GaugeMetricFamily(
             "gpuspawner_drained_gpus",
             "GPUs taken out by a drain of the calendar now: no start lands on them.",
         )
-        open_now = [w for w in broker.calendar.windows() if w.drain and w.open_at(now)]
-        drained.add_metric([], len(frozenset().union(*(w.gpus for w in open_now))))
+        drained.add_metric([], len(broker.calendar.drained()))
         yield drained
 
 

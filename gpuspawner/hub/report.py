@@ -42,7 +42,8 @@ def pool_report(
     broker: Broker, holder_now: Callable[[Grant], HolderNow] = as_labelled
 ) -> dict[str, Any]:
     pool, telemetry = broker.pool, broker.telemetry
-    states = pool.states()
+    states = broker.calendar.states(pool)  # a drained GPU reads drained, not free
+    drained = broker.calendar.drained()
     rows = []
     for unit in pool.units:
         grant = pool.holder_of(unit.id)
@@ -75,6 +76,7 @@ def pool_report(
                 "memory_total_bytes": unit.memory_bytes,
                 "state": states[unit.id].value,
                 "health": pool.unhealthy_reason(unit.id),
+                "drained": drained[unit.gpu].reason if unit.gpu in drained else None,
                 "holder": holder,
                 "parked": [  # whose GPU work waits in host memory, to come back on this unit
                     {"user": now.user, "server": now.server, "job": g.holder.job}
@@ -98,7 +100,7 @@ def pool_report(
             summed["free"] += count.free
     return {
         "total": len(states),
-        "free": pool.free_count(),
+        "free": counts[DeviceState.FREE.value],
         "by_state": {**counts, "excluded": len(broker.site.excluded)},
         "by_kind": by_kind,
         "by_node": by_node,

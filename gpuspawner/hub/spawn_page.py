@@ -33,14 +33,15 @@ def render(
     a turn on a GPU shared in turns lasts `turn_quantum` seconds."""
     pool, profiles = broker.pool, broker.site.profiles
     budget = budgets.standing_of(broker, user.db, user.id, limits)
-    available = form.availability(pool, limits.machines)  # on the user's machines
+    states = broker.calendar.states(pool)  # a drained GPU is not free
+    available = form.availability(pool, states, limits.machines)  # on the user's machines
     return form.render(
         template_paths,
         free=sum(a.free for a in available),
         total=sum(a.total for a in available),
         model=pool.units[0].label if available else "",
         availability=available,
-        machines=form.by_machine(pool, limits.machines),
+        machines=form.by_machine(pool, states, limits.machines),
         rows=form.profile_rows(
             profiles,
             limits,
@@ -50,6 +51,7 @@ def render(
             line_status.waiting_by_profile(broker.line),
             over_budget=str(budget.refusal(broker.clock()) or ""),
             may_wait=broker.line.may_wait(user.id, limits),
+            keep=broker.calendar.kept_from(user.name, None).now,  # as placement has them
         ),
         turns=form.turns_words(turn_quantum),
         holdings=form.holdings(limits, user.id, pool),

@@ -34,6 +34,7 @@ from ..core.culling import Busyness
 from ..core.errors import GPUConfigError
 from ..core.job_rules import JobRules, job_rules
 from ..core.limits import UserLimits
+from ..core.pool import DeviceState
 from ..core.units import tally
 from ..core.words import gib, server_name
 from ..devices.swarm import SwarmSource
@@ -222,11 +223,13 @@ async def start_broker(app: Any, spawner_class: Any = None) -> Broker:
     calendar_api.install(app)
     homes_api.install(app)
     jobs_api.install(app)
+    shown = broker.calendar.states(broker.pool)  # drained GPUs are not free
     app.log.info(
-        "gpuspawner: %d GPU(s) in the pool (%s), %d free",
+        "gpuspawner: %d GPU(s) in the pool (%s), %d free, %d drained",
         len(site.gpus),
         tally(site.units),
-        broker.pool.free_count(),
+        list(shown.values()).count(DeviceState.FREE),
+        len(broker.calendar.drained()),
     )
     return broker
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.calendar import Window
-from .sqlite import Table, open_table
+from .sqlite import Table, open_read_only, open_table
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS calendar (
@@ -38,8 +38,10 @@ COLUMNS = "id, gpus, start, end, user, grp, reason, let_finish, made_by, asked"
 class CalendarRecord:
     """The calendar table. Used from the hub's event loop only; each call is one transaction."""
 
-    def __init__(self, path: str | Path) -> None:
-        self._db = open_table(path, TABLE)
+    def __init__(self, path: str | Path, *, read_only: bool = False) -> None:
+        """The calendar in the ledger's file at `path`, made if missing; `read_only`, for the
+        admin tools (`gpuspawner status` shows drains): an existing file, never written."""
+        self._db = open_read_only(Path(path), "calendar") if read_only else open_table(path, TABLE)
 
     def close(self) -> None:
         self._db.close()

@@ -14,7 +14,6 @@ GPU-hours from here, and `gpuspawner usage` reports from here.
 
 from __future__ import annotations
 
-import errno
 import sqlite3
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
@@ -22,7 +21,7 @@ from pathlib import Path
 
 from ..core.pool import Grant
 from ..core.usage import UsageRecord
-from .sqlite import Table, columns_of, open_table
+from .sqlite import Table, columns_of, open_read_only, open_table
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS grants (
@@ -63,16 +62,7 @@ class Ledger:
         existing file (else FileNotFoundError), never written, whether or not the hub runs."""
         self.path = Path(path)
         if read_only:
-            if not self.path.is_file():
-                raise FileNotFoundError(errno.ENOENT, "no usage ledger", str(self.path))
-            uri = self.path.resolve().as_uri()
-            self._db = sqlite3.connect(f"{uri}?mode=ro", uri=True, isolation_level=None)
-            try:
-                self._db.execute("SELECT count(*) FROM grants").fetchone()
-            except sqlite3.OperationalError:  # the hub is down and left no shared-memory file,
-                # which a reader who may not write the folder cannot make: nothing changes it now
-                self._db.close()
-                self._db = sqlite3.connect(f"{uri}?immutable=1", uri=True, isolation_level=None)
+            self._db = open_read_only(self.path, "grants")
             return
         self._db = open_table(self.path, TABLE)
 

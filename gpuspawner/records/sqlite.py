@@ -13,6 +13,7 @@ gpuspawner than this one is refused (`NewerRecord`): a downgrade must not half-r
 
 from __future__ import annotations
 
+import errno
 import sqlite3
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -83,3 +84,20 @@ def _upgrade(db: sqlite3.Connection, table: Table, path: str | Path) -> None:
             (table.name, table.version),
         )
     db.executescript(table.schema)  # (its tables and indexes IF NOT EXISTS)
+
+
+def open_read_only(path: Path, table: str) -> sqlite3.Connection:
+    """The hub's file at `path` for the admin tools: an existing file (else
+    FileNotFoundError), never written, whether or not the hub runs; `table` is read to see
+    that it can be."""
+    if not path.is_file():
+        raise FileNotFoundError(errno.ENOENT, "no usage ledger", str(path))
+    uri = path.resolve().as_uri()
+    db = sqlite3.connect(f"{uri}?mode=ro", uri=True, isolation_level=None)
+    try:
+        db.execute(f"SELECT count(*) FROM {table}").fetchone()
+    except sqlite3.OperationalError:  # the hub is down and left no shared-memory file,
+        # which a reader who may not write the folder cannot make: nothing changes it now
+        db.close()
+        db = sqlite3.connect(f"{uri}?immutable=1", uri=True, isolation_level=None)
+    return db

@@ -10,12 +10,14 @@ from admintools import gpuspawner, servers
 from realhub import CPU_IMAGE, OTHER_WORKERS, SIMULATED_MACHINE, Hub
 
 from gpuspawner.admin import status
+from gpuspawner.core.calendar import Window
 from gpuspawner.core.gpus import Telemetry
 from gpuspawner.core.pool import Grant, Holder
 from gpuspawner.core.units import bare
 from gpuspawner.devices.simulated import SimulatedSource
 from gpuspawner.devices.source import Inventory
 from gpuspawner.engine import docker as engine
+from gpuspawner.records.calendar import CalendarRecord
 
 SOURCE = SimulatedSource(8)
 GPUS = SOURCE.list_gpus()
@@ -82,6 +84,30 @@ def test_rows_name_each_gpus_holders_and_load():
         "Unhealthy, not handed out: GPU 5 (needs a reset).",
         "CPU-only servers: bob.",
     ]
+
+
+def test_a_drained_gpu_is_shown_drained_and_not_counted_free(tmp_path):
+    """As the hub places: a drain of the calendar (in the ledger's file) holds its GPUs out."""
+    ledger = tmp_path / "usage.sqlite"
+    record = CalendarRecord(ledger)
+    record.add(Window(0, frozenset(UUIDS[2:4]), NOW - 60, reason="driver update"))
+    record.add(Window(0, frozenset(UUIDS[4:5]), NOW + 3600, reason="later"))  # not yet
+    record.add(Window(0, frozenset(UUIDS[5:6]), NOW - 60, NOW + 3600, user="ann"))  # a booking
+    record.close()
+    drained, unread = status.drained_in(ledger, NOW)
+    assert (drained, unread) == ({UUIDS[2]: "driver update", UUIDS[3]: "driver update"}, "")
+    holdings = status.scan([ours("jupyter-ann", "ann", "", UUIDS[3:4])], Inventory(GPUS, [], []))
+    rows = status.pool_rows(GPUS, [], {}, holdings, drained=drained)
+    output = status.render(rows, holdings, NOW)
+    assert table(output)["2"][1] == "drained (driver update)"
+    assert table(output)["3"][1] == "ann"  # held until the hub stops it
+    assert output.splitlines()[-2:] == [
+        "6 of 8 GPU(s) free.",
+        "Drained by the calendar, not handed out: GPU 2 (driver update), GPU 3 (driver update).",
+    ]
+    assert status.drained_in(tmp_path / "none.sqlite", NOW) == ({}, "")  # no hub ran here
+    (tmp_path / "bad.sqlite").write_text("not a database")
+    assert "cannot read" in status.drained_in(tmp_path / "bad.sqlite", NOW)[1]
 
 
 def test_values_a_gpu_does_not_report_show_as_a_dash():

@@ -8,14 +8,21 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gpuspawner.core.calendar import (
+    MOST_OWN_BOOKINGS,
     InvalidWindow,
     Window,
     ahead_of,
+    check_own_bookings,
     check_window,
     choose_gpus,
     closed_to,
+    drained_now,
     stops_at,
+    with_drains,
 )
+from gpuspawner.core.pool import DeviceState
+from gpuspawner.core.units import whole
+from gpuspawner.devices.simulated import SimulatedSource
 
 GPUS = [f"GPU-{i}" for i in range(4)]
 HOUR = 3600.0
@@ -110,3 +117,92 @@ def test_a_server_stops_when_a_window_opens_unless_the_booking_lets_it_finish():
     drain = Window(3, frozenset(GPUS), 10 * HOUR, math.inf, reason="driver update")
     assert stops_at([drain], GPUS[:1], "alice", (), running_since, 11 * HOUR) == drain
     assert "maintenance (driver update)" in drain.title()
+
+
+def hours(*spans: tuple[float, float]) -> list[Window]:
+    """A member's bookings, [start, end) in hours."""
+    return [
+        Window(n, frozenset(GPUS[:1]), a * HOUR, b * HOUR, user="dave")
+        for n, (a, b) in enumerate(spans)
+    ]
+
+
+@pytest.mark.parametrize(
+    ("own", "asked", "now", "says"),
+    [
+        # max_booking is 48 h; the hours count from `now` on
+        ([], (0, 48), 0, None),
+        (hours((0, 48)), (48, 96), 0, "already cover 48 h 0 min from now.*give one back first"),
+        (hours((0, 40)), (100, 110), 0, "already cover 40 h 0 min.*make it 50 h 0 min"),
+        (hours((0, 40)), (100, 108), 0, None),  # exactly 48 h in all
+        (hours((0, 40), (20, 44)), (100, 104), 0, None),  # overlapping hours count once
+        (hours((0, 40)), (30, 48), 0, None),  # 0 to 48 covered: within the bound
+        (hours((0, 40)), (50, 60), 10, None),  # the 10 h already past do not count
+        (hours((0, 10), (10, 20)), (200, 230), 20, None),  # both ended at 20 h
+        (hours(*((i, i + 1) for i in range(MOST_OWN_BOOKINGS))), (90, 91), 0, "hold 20 bookings"),
+    ],
+)
+def test_all_of_a_members_own_bookings_together_are_bound_by_max_booking(own, asked, now, says):
+    """Twenty back-to-back windows of the longest each were booked in the attack run."""
+    start, end = asked[0] * HOUR, asked[1] * HOUR
+    if says is None:
+        check_own_bookings(own, start, end, now * HOUR, 48 * HOUR)
+    else:
+        with pytest.raises(InvalidWindow, match=says):
+            check_own_bookings(own, start, end, now * HOUR, 48 * HOUR)
+
+
+@given(st.lists(st.tuples(st.integers(0, 200), st.integers(1, 60)), max_size=30))
+def test_what_a_member_books_one_by_one_never_covers_more_than_max_booking(asked):
+    longest, held = 48 * HOUR, []
+    for n, (start, length) in enumerate(asked):
+        begin, end = start * HOUR, (start + length) * HOUR
+        try:
+            check_own_bookings(held, begin, end, 0.0, longest)
+        except InvalidWindow:
+            continue
+        held.append(Window(n, frozenset(GPUS[:1]), begin, end, user="dave"))
+    covered = {h for w in held for h in range(int(w.start // HOUR), int(w.end // HOUR))}
+    assert len(covered) * HOUR <= longest and len(held) <= MOST_OWN_BOOKINGS
+
+
+@pytest.mark.parametrize(
+    ("start", "end", "now", "state"),
+    [
+        (HOUR, 2 * HOUR, 0, "ahead"),
+        (0, 2 * HOUR, HOUR, "open"),
+        (0, math.inf, HOUR, "open"),  # a drain not ended
+        (0, HOUR, HOUR, "ended"),  # ended now (undrain): not "ahead"
+        (HOUR, HOUR, HOUR, "ended"),  # ended as it opened
+        (2 * HOUR, 2 * HOUR, HOUR, "cancelled"),  # given back before it opened
+    ],
+)
+def test_a_window_says_whether_it_is_ahead_open_ended_or_cancelled(start, end, now, state):
+    assert Window(1, frozenset(GPUS), start, end).state(now) == state
+
+
+@pytest.mark.parametrize(
+    ("state", "on_drained", "shown"),
+    [
+        (DeviceState.FREE, True, DeviceState.DRAINED),  # placement gives it to nobody
+        (DeviceState.FREE, False, DeviceState.FREE),
+        (DeviceState.ALLOCATED, True, DeviceState.ALLOCATED),  # held until its server stops
+        (DeviceState.STOPPING, True, DeviceState.STOPPING),
+        (DeviceState.UNHEALTHY, True, DeviceState.UNHEALTHY),
+        (DeviceState.EXTERNAL, True, DeviceState.EXTERNAL),
+    ],
+)
+def test_a_free_unit_on_a_drained_gpu_is_shown_drained(state, on_drained, shown):
+    [unit] = [whole(g) for g in SimulatedSource(1).list_gpus()]
+    drained = {unit.gpu} if on_drained else set()
+    assert with_drains({unit.id: state}, [unit], drained) == {unit.id: shown}
+
+
+def test_only_drains_open_now_drain_gpus():
+    drain = Window(1, frozenset(GPUS[:2]), 10 * HOUR, reason="driver update")
+    later = Window(2, frozenset(GPUS[1:3]), 20 * HOUR, reason="fans")
+    booked = Window(3, frozenset(GPUS[3:]), 0, 30 * HOUR, user="alice")
+    windows = [later, drain, booked]
+    assert drained_now(windows, 5 * HOUR) == {}
+    assert drained_now(windows, 10 * HOUR) == {GPUS[0]: drain, GPUS[1]: drain}
+    assert drained_now(windows, 25 * HOUR) == {GPUS[0]: drain, GPUS[1]: drain, GPUS[2]: later}

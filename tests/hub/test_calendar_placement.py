@@ -67,8 +67,10 @@ def test_a_drain_keeps_every_start_off_its_gpus_until_it_ends_and_holds_across_r
     assert [w.id for w in restarted.calendar.windows()] == [drain.id]
     with pytest.raises(NotEnoughGPUs):
         restarted.take_now(CAROL, 1)
-    restarted.calendar.end(drain.id)
+    assert restarted.calendar.end(drain.id).state(now[0]) == "ended"  # not "ahead"
     assert restarted.take_now(CAROL, 1).uuids == tuple(gpus)
+    later = restarted.calendar.drain(gpus, now[0] + HOUR, "fan", "admin", "all GPUs")
+    assert restarted.calendar.end(later.id).state(now[0]) == "cancelled"
 
 
 def test_a_booking_beyond_what_the_machine_has_is_refused_and_books_nothing(tmp_path):
@@ -117,3 +119,27 @@ def test_a_start_that_allows_turns_takes_a_free_gpu_booked_later_rather_than_sha
     [later] = broker.calendar.book(free, 1, month, month + HOUR, user="carol").gpus
     bob = broker.take_now(BOB, Request(1, turns=True))
     assert bob.uuids == (later,) and not bob.parked  # not parked in turns on alice's GPU
+
+
+def test_a_members_bookings_together_stay_within_max_booking_and_an_admins_do_not(tmp_path):
+    """The attack run's twenty back-to-back windows of 48 h: the second is refused."""
+    now = [1000.0]
+    broker = broker_at(now, tmp_path)
+    gpus = [g.uuid for g in broker.site.gpus]
+    longest, day = 48 * HOUR, 24 * HOUR
+
+    def own(start, end):
+        return broker.calendar.book(gpus, 1, start, end, user="dave", longest=longest, by="dave")
+
+    own(now[0], now[0] + longest)
+    with pytest.raises(InvalidWindow, match=r"already cover 48 h 0 min .* allows 48 h 0 min"):
+        own(now[0] + longest, now[0] + 2 * longest)
+    assert len(broker.calendar.windows()) == 1  # nothing booked
+    admins = broker.calendar.book(
+        gpus, 1, now[0] + 3 * day, now[0] + 6 * day, user="dave", by="root"
+    )
+    assert admins.end - admins.start > longest  # an admin's booking is bound by neither
+    now[0] += day  # half of it is past: a day may be booked again, then no more
+    own(now[0] + 9 * day, now[0] + 10 * day)
+    with pytest.raises(InvalidWindow, match="max_booking"):
+        own(now[0] + 11 * day, now[0] + 11 * day + HOUR)

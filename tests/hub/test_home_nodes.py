@@ -220,8 +220,16 @@ async def test_a_first_cpu_only_server_makes_its_home_where_gpus_can_follow(brok
     those the user may use, with the most free GPUs."""
     hold(broker, 901, "new")
     nodes = {name: SwarmNode(name, name, "ready", "active", "24.0", False, "") for name in NODES}
-    assert first_home(broker.pool, None, nodes) == "old"  # 2 free, against new's 1
-    assert first_home(broker.pool, frozenset({"new"}), nodes) == "new"  # the group's machines
+
+    def first(allowed):
+        return first_home(broker.pool, broker.calendar.states(broker.pool), allowed, nodes)
+
+    assert first(None) == "old"  # 2 free, against new's 1
+    assert first(frozenset({"new"})) == "new"  # the group's machines
+    on_old = [g.uuid for g in broker.site.gpus if g.node == "old"]
+    drain = broker.calendar.drain(on_old, broker.clock(), "fan", "admin", "node old")
+    assert first(None) == "new"  # a drained node's GPUs are not free
+    broker.calendar.end(drain.id)
     nodes["old"] = replace(nodes["old"], state="down")
-    assert first_home(broker.pool, None, nodes) == "new"
-    assert first_home(broker.pool, frozenset({"gone"}), nodes) is None  # Swarm places it
+    assert first(None) == "new"
+    assert first(frozenset({"gone"})) is None  # Swarm places it

@@ -284,7 +284,7 @@ def test_one_hosts_report_names_one_machine_and_its_page_none():
     assert report["unreachable"] == {}
     page = admin_page(report)
     assert 'data-testid="by-node"' not in page and 'data-testid="node"' not in page
-    assert form.by_machine(broker.pool) == []  # and the form has no line per machine
+    assert form.by_machine(broker.pool, broker.pool.states()) == []  # no line per machine
     broker.executor.shutdown(wait=False)
 
 

@@ -153,7 +153,7 @@ def test_the_form_shows_each_kind_with_its_free_count_and_why_not():
     pool = broker.pool
     for n in range(7):
         pool.allocate(Holder(100 + n, 100 + n, f"u{n}"), SLICE)
-    rows = form.availability(pool)
+    rows = form.availability(pool, pool.states())
     assert [(a.kind, a.free, a.total) for a in rows] == [
         ("gpu", 2, 2),
         ("mig", 0, 7),

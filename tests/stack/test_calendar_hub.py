@@ -7,6 +7,7 @@ import sys
 from datetime import UTC, datetime, timedelta
 
 import pytest
+import requests
 from browser import STALE, log_in
 from realhub import PASSWORD, Hub
 from selenium.webdriver.common.by import By
@@ -59,6 +60,7 @@ def test_a_drain_stops_the_servers_on_its_gpus_files_kept_and_an_undrain_gives_t
     [drain] = hub.api("GET", "/gpu-calendar").json()["windows"]
     done = calendar_cli(hub, "undrain", str(drain["id"]))
     assert done.returncode == 0, done.stderr
+    assert f"drain {drain['id']} (ended): 2 GPUs from" in done.stdout, done.stdout
     hub.spawn_ready("bob", profile="gpu-1")
     hub.stop_server("bob")
 
@@ -69,6 +71,7 @@ def test_a_booking_serves_only_its_holders_and_holds_through_a_hub_kill_9(hub):
     made = hub.api("POST", "/gpu-calendar/bookings", json=body)
     assert made.status_code == 201, made.text
     [booked] = made.json()["gpus"]
+    assert made.json()["asked"] == "1 GPU"  # not "1 GPUs"
     too_many = hub.api("POST", "/gpu-calendar/bookings", json={**body, "gpus": 2})
     assert too_many.status_code == 400 and "Only 1 of the 2 GPUs" in too_many.text
 
@@ -180,16 +183,21 @@ def test_a_booking_made_before_a_hub_kill_9_opens_after_it_and_stops_whom_it_mus
 @pytest.mark.parametrize(
     ("path", "body", "says"),
     [
-        ("bookings", {"group": "nosuch"}, "No such group: nosuch"),
-        ("bookings", {"user": "nobody"}, "No such user: nobody"),
+        ("bookings", {"group": "nosuch"}, "No such group: 'nosuch'"),
+        ("bookings", {"user": "nobody"}, "No such user: 'nobody'"),
         ("bookings", {"user": "bob", "gpus": 0}, "'gpus' must be a whole number"),
         ("bookings", {"user": "bob", "start": "tomorrow"}, "'start' is not an ISO 8601 time"),
         ("bookings", {"user": "bob", "start": "2020-01-01T09:00Z"}, "starts in the past"),
-        ("bookings", {"user": "bob", "colour": "red"}, "Unknown keys: colour"),
+        ("bookings", {"user": "bob", "colour": "red"}, "Unknown keys: 'colour'"),
         ("bookings", {"user": "bob", "profile": "gpu-9"}, "No whole-GPU profile 'gpu-9'"),
         ("drains", {"reason": "x"}, "Give one of 'gpus', 'model', 'node' or 'all'"),
         ("drains", {"all": True}, "A drain needs a reason"),
-        ("drains", {"gpus": ["GPU-nope"], "reason": "x"}, "No such GPU: GPU-nope"),
+        ("drains", {"gpus": ["GPU-nope"], "reason": "x"}, "No such GPU: 'GPU-nope'"),
+        ("bookings", {"user": "bob", "gpus": 10**30}, "from 1 to 2"),
+        # what a request sent comes back cut short, however long it was
+        ("bookings", {"user": "bob", "start": "9" * 2**20}, "is not an ISO 8601 time: '999"),
+        ("bookings", {"user": "bob", **{f"k{n}": 1 for n in range(3000)}}, "and 2,995 more"),
+        ("drains", {"gpus": [f"GPU-{n}" for n in range(5000)], "reason": "x"}, "and 4,995 more"),
     ],
 )
 def test_a_bad_booking_or_drain_gets_a_specific_400_and_changes_nothing(hub, path, body, says):
@@ -197,7 +205,8 @@ def test_a_bad_booking_or_drain_gets_a_specific_400_and_changes_nothing(hub, pat
         now = datetime.now(UTC)
         body = {"gpus": 1, "start": iso(now), "end": iso(now + timedelta(hours=1)), **body}
     answer = hub.api("POST", f"/gpu-calendar/{path}", json=body)
-    assert answer.status_code == 400 and says in answer.json()["message"], answer.text
+    assert answer.status_code == 400 and says in answer.json()["message"], answer.text[:500]
+    assert len(answer.text) < 400, answer.text[:500]
     assert hub.api("GET", "/gpu-calendar").json()["windows"] == []
 
 
@@ -239,7 +248,10 @@ def test_a_user_books_for_themselves_only_as_far_as_their_group_allows(hub):
     again = book(dave, **hour)  # one more overlapping would hold 2 GPUs at once
     assert again.status_code == 400 and "your bookings in that window hold 1" in again.text
     path = f"/gpu-calendar/{mine.json()['id']}"
-    assert hub.api("DELETE", path, headers=bob).status_code == 403
+    not_bobs, none = (hub.api("DELETE", p, headers=bob) for p in (path, "/gpu-calendar/999999"))
+    assert not_bobs.status_code == none.status_code == 404  # bob cannot tell it exists
+    said = not_bobs.json()["message"].replace(str(mine.json()["id"]), "999999")
+    assert said == none.json()["message"] == "No booking of yours 999999 open or ahead"
     assert hub.api("DELETE", path, headers=dave).status_code == 200
     assert hub.api("GET", "/gpu-calendar").json()["windows"] == []
 
@@ -258,5 +270,75 @@ def test_a_drain_at_a_time_warns_the_servers_on_its_gpus_then_stops_them(hub):
     hub.spawn_ready("bob", profile="gpu-1")
     assert hub.held_by("bob") != [gpu]
     [drain] = hub.api("GET", "/gpu-calendar").json()["windows"]
-    assert calendar_cli(hub, "undrain", str(drain["id"])).returncode == 0
+    done = calendar_cli(hub, "undrain", str(drain["id"]))
+    assert done.returncode == 0, done.stderr
+    assert f"drain {drain['id']} (ended): 1 GPU from" in done.stdout, done.stdout
     hub.stop_server("bob")
+
+
+def test_a_members_own_bookings_together_stay_within_max_booking(hub):
+    """The attack run booked twenty back-to-back windows of the longest allowed each."""
+    dave = token_of(hub, "dave")  # patient: max_booking 2 h, max_gpus_per_user 1
+    now = datetime.now(UTC) + timedelta(minutes=5)
+
+    def book(headers, start, end, **body):
+        window = {"gpus": 1, "start": iso(now + start), "end": iso(now + end), **body}
+        return hub.api("POST", "/gpu-calendar/bookings", json=window, headers=headers)
+
+    hour = timedelta(hours=1)
+    made = [book(dave, 0 * hour, 1 * hour), book(dave, 1 * hour, 2 * hour)]
+    assert [m.status_code for m in made] == [201, 201], [m.text for m in made]
+    third = book(dave, 2 * hour, 3 * hour)
+    assert third.status_code == 400, third.text
+    assert "already cover 2 h 0 min" in third.json()["message"]
+    assert "allows 2 h 0 min booked at once (max_booking)" in third.json()["message"]
+    assert len(hub.api("GET", "/gpu-calendar").json()["windows"]) == 2  # nothing booked
+    admins = book({}, 3 * hour, 6 * hour, user="dave")  # the admin token's: not bound
+    assert admins.status_code == 201, admins.text
+    for window in [*made, admins]:
+        assert hub.api("DELETE", f"/gpu-calendar/{window.json()['id']}").status_code == 200
+
+
+def test_a_stranger_learns_nothing_of_the_calendar_and_long_ids_are_not_found(hub):
+    now = datetime.now(UTC) + timedelta(hours=1)
+    body = {"user": "bob", "gpus": 1, "start": iso(now), "end": iso(now + timedelta(hours=1))}
+    made = hub.api("POST", "/gpu-calendar/bookings", json=body)
+    assert made.status_code == 201, made.text
+    url = f"{hub.url}/hub/api/gpu-calendar"
+    answers = [
+        requests.delete(f"{url}/{window}", timeout=30) for window in (made.json()["id"], 999999)
+    ]
+    assert [a.status_code for a in answers] == [403, 403]  # before any lookup
+    assert answers[0].json() == answers[1].json()
+    assert requests.post(f"{url}/bookings", json={"gpus": "x"}, timeout=30).status_code == 403
+    for digits in ("9" * 20, "1" + "0" * 30):  # past SQLite's 64-bit INTEGER
+        assert hub.api("DELETE", f"/gpu-calendar/{digits}").status_code == 404
+    assert hub.api("DELETE", f"/gpu-calendar/{made.json()['id']}").status_code == 200
+
+
+def test_every_view_shows_drained_gpus_drained_and_not_free(hub):
+    """The attack run: 7 of 8 GPUs drained, and the API, the form and the page said 8 free."""
+    first, second = (gpu["uuid"] for gpu in hub.pool()["gpus"])
+    done = calendar_cli(hub, "drain", "--gpu", first, "--reason", "new fan")
+    assert done.returncode == 0, done.stderr
+    pool = hub.pool()
+    assert pool["free"] == 1 and pool["by_state"]["drained"] == 1
+    [row] = [gpu for gpu in pool["gpus"] if gpu["uuid"] == first]
+    assert (row["state"], row["drained"]) == ("drained", "new fan")
+    metrics = hub.metrics()
+    assert metrics[("gpuspawner_gpus", (("state", "free"),))] == 1
+    assert metrics[("gpuspawner_gpus", (("state", "drained"),))] == 1
+    alice = hub.login("alice")
+    assert "1 of 2</strong> GPUs free" in alice.get(f"{hub.url}/hub/spawn/alice").text
+
+    done = calendar_cli(hub, "drain", "--gpu", second, "--reason", "new fan")
+    assert done.returncode == 0, done.stderr
+    assert hub.pool()["free"] == 0
+    page = alice.get(f"{hub.url}/hub/spawn/alice").text
+    assert "0 of 2</strong> GPUs free" in page
+    assert "no other GPU is left for new starts while it lasts" in page
+    assert "starts go to the others" not in page
+    assert "Needs 1 free GPU(s); 0 free right now." in page  # greyed out, as placement has it
+    for drain in hub.api("GET", "/gpu-calendar").json()["windows"]:
+        assert calendar_cli(hub, "undrain", str(drain["id"])).returncode == 0
+    assert hub.pool()["free"] == 2

@@ -34,7 +34,7 @@ from ...core.errors import GPUConfigError
 from ...core.homes import away_chosen, said_of
 from ...core.nodes import counts_by_node
 from ...core.pool import Grant
-from ...core.pool_view import PoolView
+from ...core.pool_view import DeviceState, PoolView
 from ...devices.source import GPUSource
 from ...devices.swarm import TOKEN_VARIABLE, AgentAccess, SwarmSource
 from ...engine import home_move, shared_homes, storage
@@ -200,7 +200,8 @@ class SwarmGPUSpawner(GPUSpawner, SwarmSpawner):
         nodes = {node.hostname: node for node in SwarmEngine(self.client).nodes()}
         home = self.broker.homes.of(self.user.name)
         if home is None:
-            first = first_home(self.broker.pool, self._allowed, nodes)
+            states = self.broker.calendar.states(self.broker.pool)  # drained GPUs: not free
+            first = first_home(self.broker.pool, states, self._allowed, nodes)
             return nodes[first] if first else None
         node = nodes.get(home.node)
         if node is not None and node.ready:
@@ -322,10 +323,14 @@ class SwarmGPUSpawner(GPUSpawner, SwarmSpawner):
 
 
 def first_home(
-    pool: PoolView, allowed: Collection[str] | None, nodes: Mapping[str, SwarmNode]
+    pool: PoolView,
+    states: Mapping[str, DeviceState],
+    allowed: Collection[str] | None,
+    nodes: Mapping[str, SwarmNode],
 ) -> str | None:
-    """The ready node, of those `allowed`, with the most free GPUs (ties to the name)."""
-    counts = counts_by_node(pool.units, pool.states())
+    """The ready node, of those `allowed`, with the most free GPUs (ties to the name);
+    `states`: each unit's as the calendar has it, so that a drained node draws no homes."""
+    counts = counts_by_node(pool.units, states)
     free = {
         name: sum(count.free for count in kinds.values())
         for name, kinds in counts.items()
