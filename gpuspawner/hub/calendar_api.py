@@ -33,7 +33,7 @@ from ..core.gpus import GPU
 from ..core.units import Kind
 from ..core.words import iso_utc
 from . import access
-from .api_base import JSONHandler
+from .api_base import JSONHandler, id_in_url
 from .broker import Broker
 
 BOOKING_KEYS = {"user", "group", "gpus", "profile", "model", "start", "end", "let_finish", "note"}
@@ -198,10 +198,11 @@ class DrainsHandler(CalendarHandler):
 class WindowHandler(CalendarHandler):
     def delete(self, window_id: str) -> None:
         broker = Broker.current()
-        window = next((w for w in broker.calendar.windows() if w.id == int(window_id)), None)
+        number = id_in_url(window_id, "booking or drain")
+        window = next((w for w in broker.calendar.windows() if w.id == number), None)
         me = self.current_user
         if window is None:
-            raise web.HTTPError(404, f"No booking or drain {window_id} open or ahead")
+            raise web.HTTPError(404, f"No booking or drain {number} open or ahead")
         own = me is not None and getattr(me, "kind", "user") == "user" and window.user == me.name
         if not (self._admin() or own):
             raise web.HTTPError(403, "Only admins, or the user it is booked for, may end it")
@@ -299,7 +300,7 @@ def handlers(hub_prefix: str) -> list[tuple[str, type]]:
         (api, WindowsHandler),
         (f"{api}/bookings", BookingsHandler),
         (f"{api}/drains", DrainsHandler),
-        (f"{api}/([0-9]{{1,12}})", WindowHandler),
+        (rf"{api}/(\d+)", WindowHandler),
     ]
 
 

@@ -10,6 +10,9 @@
     GET    /hub/api/gpu-jobs                     every unfinished job (custom:gpus:read)
     POST   /hub/api/users/NAME/servers/job-ID/gpu-job   the runner's progress report
 
+An ID in a path that no job could have (more digits than SQLite's integers hold) is 404,
+as is any other ID that names no job of NAME's.
+
 Who may: `custom:gpu-jobs` for that user, which every user holds for
 themselves and their servers' own tokens hold too (`access`), so JupyterLab
 submits with the server's token; or JupyterHub's `read:servers` to read and
@@ -26,10 +29,11 @@ from jupyterhub.scopes import has_scope
 from jupyterhub.utils import url_path_join
 from tornado import web
 
-from ...core.jobs import SERVER_PREFIX, InvalidJob, parse_submission
+from ...core.jobs import SERVER_PREFIX, InvalidJob, job_id_of, parse_submission
+from ...core.words import quoted
 from ...records.jobs import Job
 from .. import access
-from ..api_base import JSONHandler
+from ..api_base import JSONHandler, id_in_url
 from ..broker import Broker
 from .board import JobBoard
 from .view import job_view
@@ -49,13 +53,14 @@ class JobsHandler(JSONHandler):
     def _owner(self, user_name: str) -> Any:
         user = self.find_user(user_name)
         if user is None:
-            raise web.HTTPError(404, f"No such user: {user_name}")
+            raise web.HTTPError(404, f"No such user: {quoted(user_name)}")
         return user
 
     def _job(self, user: Any, job_id: str) -> Job:
-        job = board().job(int(job_id))
+        number = id_in_url(job_id, "job")
+        job = board().job(number)
         if job is None or job.user_id != user.id:
-            raise web.HTTPError(404, f"{user.name} has no job {job_id}")
+            raise web.HTTPError(404, f"{user.name} has no job {number}")
         return job
 
     def as_json(self, job: Job) -> dict[str, Any]:
@@ -129,7 +134,8 @@ class ReportHandler(JobsHandler):
         if not has_scope(f"access:servers!server={named}", self.parsed_scopes, db=self.db):
             raise web.HTTPError(403, f"This token may not report for server {named}.")
         user = self._owner(user_name)
-        job = board().job(int(server.removeprefix(SERVER_PREFIX)))
+        number = job_id_of(server)
+        job = board().job(number) if number is not None else None
         if job is None or job.user_id != user.id or job.server != server:
             raise web.HTTPError(404, f"{named} is not a job")
         progress = _report(self.get_json_body())
