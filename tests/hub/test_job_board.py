@@ -199,3 +199,20 @@ async def test_one_server_that_cannot_be_removed_stops_no_other_removal(make_boa
         (ALICE, ended.server),
         (BOB, "job-8"),
     ]
+
+
+async def test_a_users_list_keeps_every_unfinished_job_and_pages_the_ended(make_board):
+    board, _ = make_board()
+    board.broker.take_now(Holder(1, BOB, "bob", ""), 2)  # no GPU free: her jobs wait
+    early = [board.submit(ALICE, "alice", script()) for _ in range(3)]
+    for job in [board.submit(ALICE, "alice", script()) for _ in range(5)]:
+        board.cancel(job)
+    board.submit(BOB, "bob", script())
+    first = board.jobs_of(ALICE, limit=2)
+    assert [j.id for j in first.jobs[:3]] == [3, 2, 1]  # every unfinished one, newest first
+    assert [j.id for j in first.jobs[3:]] == [8, 7] and first.next_after == 7
+    rest = board.jobs_of(ALICE, 2, after=board.job(first.next_after))
+    assert [j.id for j in rest.jobs] == [6, 5] and rest.next_after == 5
+    last = board.jobs_of(ALICE, 2, after=board.job(rest.next_after))
+    assert [j.id for j in last.jobs] == [4] and last.next_after is None
+    assert all(not j.final for j in early)
