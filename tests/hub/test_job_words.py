@@ -35,3 +35,15 @@ def test_a_cancelled_job_says_whether_it_wrote_anything(ran, says):
 def test_a_server_that_stopped_unannounced_is_not_blamed_on_an_admin_alone():
     reason = words.ended_unreported()
     assert "you or an admin" in reason and "stopped by an admin" not in reason
+
+
+@pytest.mark.parametrize(
+    ("error", "says"),
+    [
+        (RuntimeError("alice/job-3 already holds ['GPU-a']"), "(alice/job-3 already holds"),
+        (KeyError(), "(KeyError)"),  # a fault with no words of its own is still named
+    ],
+)
+def test_a_job_the_hub_could_not_start_says_why_and_that_it_holds_nothing(error, says):
+    reason = words.not_started(error)
+    assert says in reason and "it holds no GPU" in reason

@@ -86,8 +86,9 @@ def started_by_hand(server: str, job: Job | None) -> str:
 
 
 def not_started(error: BaseException) -> str:
+    what = str(error) or type(error).__name__
     return (
-        f"The hub could not start it ({error}); it holds no GPU. Submit it again; if this "
+        f"The hub could not start it ({what}); it holds no GPU. Submit it again; if this "
         "persists, ask an admin."
     )
 
