@@ -201,7 +201,14 @@ def _job_commands(commands: Any) -> None:
     submit.add_argument("--profile", required=True, help="the GPU profile's slug, e.g. gpu-1")
     submit.add_argument("path", help="the notebook or script, relative to your home")
     submit.add_argument("args", nargs="*", help="the script's arguments (after --)")
-    actions.add_parser("list", help="your jobs, newest first")
+    listing = actions.add_parser(
+        "list",
+        help="your jobs: every one that has not ended, then those that ended latest",
+        description="Every job of yours that has not ended (newest first), then the ones that "
+        "ended latest; where more ended ones follow, the last line says how to list them.",
+    )
+    listing.add_argument("--limit", type=int, help="how many ended jobs (1 to 500; default 50)")
+    listing.add_argument("--after", type=int, help="the ended jobs after this one, as a list said")
     for name, what in (("logs", "its state, progress and last output lines"), ("cancel", "")):
         action = actions.add_parser(name, help=what or "cancel a job (its outputs are kept)")
         action.add_argument("id", type=int, help="the job's number")

@@ -15,7 +15,7 @@ import sys
 import urllib.error
 import urllib.request
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 from ..core.words import ordinal
 
@@ -60,7 +60,7 @@ def main(args: argparse.Namespace) -> int:
                 body.update(script=args.path, args=args.args)
             print(line(call("POST", jobs, token, body)))
         elif args.action == "list":
-            print(table(call("GET", jobs, token)["jobs"]))
+            print(listing(call("GET", f"{jobs}{page_query(args)}", token)))
         elif args.action == "logs":
             print(logs(call("GET", f"{jobs}/{args.id}", token)))
         else:
@@ -119,6 +119,22 @@ def table(jobs: list[dict[str, Any]]) -> str:
     )
 
 
+def page_query(args: argparse.Namespace) -> str:
+    """`?limit=…&after=…`, as far as they were given (the hub has its own default)."""
+    asked = {name: getattr(args, name, None) for name in ("limit", "after")}
+    given = {name: value for name, value in asked.items() if value is not None}
+    return f"?{urlencode(given)}" if given else ""
+
+
+def listing(page: dict[str, Any]) -> str:
+    """A page of the user's jobs, and how to list the ended ones after it, if any follow."""
+    shown = table(page["jobs"])
+    after = page.get("next_after")
+    return (
+        shown if after is None else f"{shown}\nMore ended jobs: gpuspawner job list --after {after}"
+    )
+
+
 def line(job: dict[str, Any]) -> str:
     shown = row(job)
     return f"job {shown['id']} ({shown['runs']}): {shown['state']}" + (
@@ -134,5 +150,6 @@ def logs(job: dict[str, Any]) -> str:
     if progress.get("error"):
         parts.append(f"error: {progress['error']}")
     parts.extend(progress.get("tail") or [])
-    parts.append(f"outputs: ~/{job['outputs']}/ (log.txt, and the executed notebook)")
+    wrote = "log.txt, and the executed notebook" if job.get("notebook") else "log.txt"
+    parts.append(f"outputs: ~/{job['outputs']}/ ({wrote})")
     return "\n".join(parts)

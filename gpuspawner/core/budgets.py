@@ -110,10 +110,11 @@ class Spent:
         return f"{phrase[0].upper()}{phrase[1:]}."
 
     def phrase(self) -> str:
+        used = gpu_hours(self.used, against=self.budget)
         if self.key == PER_USER:
-            who = f"you used {gpu_hours(self.used)} of your"
+            who = f"you used {used} of your"
         else:
-            who = f"{members(self.group or '').lower()} used {gpu_hours(self.used)} of their"
+            who = f"{members(self.group or '').lower()} used {used} of their"
         return f"{who} {self.budget:g} GPU-hours {IN_THE_WINDOW} ({self.source})"
 
 

@@ -14,15 +14,24 @@ cancelled). No clock or I/O here.
 
 from __future__ import annotations
 
+import json
 import posixpath
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from .ids import as_id
+from .words import listed, quoted
+
 NOTEBOOK_SUFFIX = ".ipynb"
 MAX_PATH = 1024
 MAX_ARGS = 64
+# A job's spec reaches its container as one environment variable (GPUSPAWNER_JOB), and Linux
+# holds one such string to 128 KiB (MAX_ARG_STRLEN), all of them with the arguments to about
+# 2 MiB: a larger spec would hold GPUs only to fail "did not start". Half of 128 KiB leaves
+# room for what the runner is told besides (`for_runner`).
+MAX_SPEC_BYTES = 64 * 1024
 OUTPUTS = "jobs"  # the folder of each job's outputs, in the user's home: jobs/job-7/
 SERVER_PREFIX = "job-"
 # After its final report, a job's server waits this long for the hub's stop, so that a run
@@ -63,7 +72,11 @@ class Event(StrEnum):
 
 W, S, R, G = JobState.WAITING, JobState.STARTING, JobState.RUNNING, JobState.GIVING_WAY
 TRANSITIONS: Mapping[JobState, Mapping[Event, JobState]] = {
-    W: {Event.DISPATCHED: S, Event.CANCEL: JobState.CANCELLED},
+    W: {
+        Event.DISPATCHED: S,
+        Event.START_FAILED: JobState.FAILED,  # the hub could not start it: it fails alone
+        Event.CANCEL: JobState.CANCELLED,
+    },
     S: {
         Event.UP: R,
         Event.START_FAILED: JobState.FAILED,
@@ -152,6 +165,20 @@ def server_of(job_id: int) -> str:
     return f"{SERVER_PREFIX}{job_id}"
 
 
+def is_job_name(server: str) -> bool:
+    """Whether `server` is named as a job's server ("job-" and digits): the hub's alone to
+    start, whether or not such a job exists yet, so that no one's server can take the name
+    of a job still to come."""
+    number = server.removeprefix(SERVER_PREFIX)
+    return server.startswith(SERVER_PREFIX) and number.isascii() and number.isdigit()
+
+
+def job_id_of(server: str) -> int | None:
+    """The job a server's name says it runs, or None where it names none a record could
+    hold ("job-" and more digits than SQLite's integers hold: no job has that id)."""
+    return as_id(server.removeprefix(SERVER_PREFIX)) if is_job_name(server) else None
+
+
 def outputs_of(job_id: int) -> str:
     return f"{OUTPUTS}/{server_of(job_id)}"
 
@@ -166,9 +193,10 @@ def parse_submission(body: Any) -> JobSpec:
         )
     unknown = sorted(set(body) - {"profile", "notebook", "script", "args"})
     if unknown:
+        keys = listed([quoted(k) for k in unknown])
         raise InvalidJob(
-            f"Unknown key{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}: a job "
-            "has a profile, and a notebook or a script (with args)"
+            f"Unknown key{'s' if len(unknown) > 1 else ''} {keys}: a job has a profile, and a "
+            "notebook or a script (with args)"
         )
     profile = body.get("profile")
     if not isinstance(profile, str) or not profile:
@@ -182,13 +210,25 @@ def parse_submission(body: Any) -> JobSpec:
             raise InvalidJob('"args" go with a "script"; a notebook takes none')
         path = _home_path(notebook, "notebook")
         if not path.endswith(NOTEBOOK_SUFFIX):
-            raise InvalidJob(f"The notebook {path!r} must be a {NOTEBOOK_SUFFIX} file")
-        return JobSpec(profile, notebook=path)
+            raise InvalidJob(f"The notebook {quoted(path)} must be a {NOTEBOOK_SUFFIX} file")
+        return _within_bound(JobSpec(profile, notebook=path))
     if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
         raise InvalidJob('"args" must be a list of strings, such as ["--epochs", "3"]')
     if len(args) > MAX_ARGS:
         raise InvalidJob(f'"args" may hold at most {MAX_ARGS} arguments')
-    return JobSpec(profile, script=_home_path(script, "script"), args=tuple(args))
+    return _within_bound(JobSpec(profile, script=_home_path(script, "script"), args=tuple(args)))
+
+
+def _within_bound(spec: JobSpec) -> JobSpec:
+    """The spec, if its container's environment can carry it (`MAX_SPEC_BYTES`)."""
+    size = len(json.dumps(spec.as_json()))  # as the runner is told it: ASCII, escaped
+    if size > MAX_SPEC_BYTES:
+        raise InvalidJob(
+            f"This job is {-(-size // 1024):,} KiB as JSON (its profile, path and arguments); a "
+            f"job may be at most {MAX_SPEC_BYTES // 1024} KiB, for its container is told it in "
+            "one environment variable. Put long inputs in a file in your home, and pass its path."
+        )
+    return spec
 
 
 def _home_path(value: Any, what: str) -> str:
@@ -199,7 +239,7 @@ def _home_path(value: Any, what: str) -> str:
     path = posixpath.normpath(value)
     if posixpath.isabs(value) or path == ".." or path.startswith("../"):
         raise InvalidJob(
-            f"The {what} {value!r} must be a path inside your home, relative to it "
+            f"The {what} {quoted(value)} must be a path inside your home, relative to it "
             '(such as "experiments/train.ipynb")'
         )
     return path

@@ -88,10 +88,20 @@ def at_clock(moment: float, now: float) -> str:
     return when.strftime("%H:%M UTC" if abs(moment - now) < 20 * 3600 else "%Y-%m-%d %H:%M UTC")
 
 
-def gpu_hours(hours: float) -> str:
-    """ "12.5", "39.96", "40": GPU-hours to two decimals, rounded down, so a budget reads as
-    used up only once it is."""
-    return f"{math.floor(hours * 100 + 1e-9) / 100:g}"
+def gpu_hours(hours: float, against: float | None = None) -> str:
+    """ "12.5", "39.96", "40": GPU-hours rounded down, so a budget reads as used up only once
+    it is; to two decimals, or to as many as the budget they are read `against` has (a
+    budget of 0.002 used up reads "0.002 of your 0.002", not "0 of your 0.002")."""
+    places = 2 if against is None else min(6, max(2, _decimals(against)))
+    scale = 10**places
+    shown = f"{math.floor(hours * scale + 1e-9) / scale:.{places}f}"
+    return shown.rstrip("0").rstrip(".")
+
+
+def _decimals(number: float) -> int:
+    """How many decimals `number` is written with: 2 for 0.25, 3 for 0.002, 0 for 40."""
+    text = f"{number:.10f}".rstrip("0")
+    return len(text.partition(".")[2])
 
 
 def from_group(group: str | None) -> str:

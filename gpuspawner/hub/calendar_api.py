@@ -39,7 +39,7 @@ from ..core.limits import UserLimits
 from ..core.units import Kind
 from ..core.words import count_gpus, iso_utc, listed, quoted
 from . import access
-from .api_base import JSONHandler
+from .api_base import JSONHandler, id_in_url
 from .broker import Broker
 
 BOOKING_KEYS = {"user", "group", "gpus", "profile", "model", "start", "end", "let_finish", "note"}
@@ -237,17 +237,18 @@ class WindowHandler(CalendarHandler):
                 403, "Only admins, or a user with their own login or token, end bookings"
             )
         broker = Broker.current()
+        number = id_in_url(window_id, "booking or drain")
         window = next(
             (
                 w
                 for w in broker.calendar.windows()
-                if w.id == int(window_id) and (admin or w.user == me.name)
+                if w.id == number and (admin or w.user == me.name)
             ),
             None,
         )
         if window is None:
             mine = "booking or drain" if admin else "booking of yours"
-            raise web.HTTPError(404, f"No {mine} {window_id} open or ahead")
+            raise web.HTTPError(404, f"No {mine} {number} open or ahead")
         ended = broker.calendar.end(window.id)
         self.log.info("gpuspawner: %s ended %s", me.name, ended)
         self._changed(ended, 200)
@@ -353,7 +354,7 @@ def handlers(hub_prefix: str) -> list[tuple[str, type]]:
         (api, WindowsHandler),
         (f"{api}/bookings", BookingsHandler),
         (f"{api}/drains", DrainsHandler),
-        (f"{api}/([0-9]{{1,12}})", WindowHandler),
+        (rf"{api}/(\d+)", WindowHandler),
     ]
 
 

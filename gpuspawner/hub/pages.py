@@ -22,6 +22,7 @@ from tornado import web
 from ..core.pool import Grant
 from ..core.words import server_name as named
 from . import access, notices
+from .api_base import id_in_url
 from .broker import Broker
 from .calendar_api import drain_choices, window_json
 from .homes import homes_json
@@ -140,11 +141,12 @@ class WaitingAPIHandler(APIHandler):
 
     def delete(self, key: str) -> None:
         access.require(self, access.ADMIN)
-        orm_spawner = self.db.get(orm.Spawner, int(key))
+        number = id_in_url(key, "start waiting in line with key")
+        orm_spawner = self.db.get(orm.Spawner, number)
         if orm_spawner is not None:
             access.require_delete_servers(self, orm_spawner.user.name)
-        if orm_spawner is None or not Broker.current().take_out_of_line(int(key)):
-            raise web.HTTPError(404, f"No start with key {key} is waiting in line")
+        if orm_spawner is None or not Broker.current().take_out_of_line(number):
+            raise web.HTTPError(404, f"No start with key {number} is waiting in line")
         self.set_status(204)
 
 

@@ -40,7 +40,6 @@ from ..core.words import duration, from_group, your_server
 from . import access, budgets, homes, line_status, notices, spawn_page, startup
 from .broker import Broker, BrokerNotRunning
 from .jobs import launch
-from .jobs import words as job_words
 from .jobs.launch import Launch
 from .refusals import Refused, failed_start, refused_start
 
@@ -177,8 +176,8 @@ class GPUServer(GPUSettings, EngineSpawner):
         profile = self._chosen_profile(limits)
         jobs = self.broker.jobs
         job = jobs.launching(self.orm_spawner.id) if jobs is not None else None
-        if job is None and jobs is not None and jobs.job_server(self.user.id, self.name):
-            raise refused_start(job_words.started_by_hand(self.name), "job_server", 409)
+        if job is None and jobs and (why := jobs.refuses_by_hand(self.user.id, self.name)):
+            raise refused_start(why, "job_server", 409)
         if job is None:  # (a job's GPUs were taken, and its budget checked, as it was dispatched)
             await self._may_start(profile, limits)
         self._apply_overrides(dict(profile.spawner_override))

@@ -40,6 +40,8 @@ CREATE TABLE IF NOT EXISTS jobs (
 );
 CREATE INDEX IF NOT EXISTS jobs_by_user ON jobs (user_id, id);
 """
+FINALS = ", ".join(f"'{state.value}'" for state in sorted(FINAL))
+ENDED = "COALESCE(ended, submitted)"  # (a job ended under 0.1 may not say when)
 TABLE = Table("jobs", SCHEMA)  # version 1: as gpuspawner 0.3 made it
 
 COLUMNS = (
@@ -114,14 +116,20 @@ class JobRecord:
         rows = self._select("WHERE id = ?", job_id)
         return rows[0] if rows else None
 
-    def of_user(self, user_id: int, limit: int = 100) -> list[Job]:
-        """A user's jobs, newest first."""
-        return self._select("WHERE user_id = ? ORDER BY id DESC LIMIT ?", user_id, limit)
+    def ended_of(self, user_id: int, limit: int, after: Job | None = None) -> list[Job]:
+        """A user's ended jobs, the latest ended first (then the newest); `after`: only those
+        that come after that ended job of theirs, the cursor of a page. A cursor, not an
+        offset: a job that ends while a user pages on does not shift what comes next."""
+        where = f"WHERE user_id = ? AND state IN ({FINALS})"
+        args: list[Any] = [user_id]
+        if after is not None:
+            where += f" AND ({ENDED}, id) < (?, ?)"
+            args += [after.ended if after.ended is not None else after.submitted, after.id]
+        return self._select(f"{where} ORDER BY {ENDED} DESC, id DESC LIMIT ?", *args, limit)
 
     def unfinished(self) -> list[Job]:
         """Every job not yet ended, oldest first: the hub's working set."""
-        finals = ", ".join(f"'{state.value}'" for state in FINAL)
-        return self._select(f"WHERE state NOT IN ({finals}) ORDER BY id")
+        return self._select(f"WHERE state NOT IN ({FINALS}) ORDER BY id")
 
     def recent(self, limit: int = 50) -> list[Job]:
         return self._select("ORDER BY id DESC LIMIT ?", limit)

@@ -26,6 +26,7 @@ from jupyter_scheduler.models import DescribeJob, JobFile, Status
 from tornado.httpclient import AsyncHTTPClient
 
 HUB_TIMEOUT_SECONDS = 10
+MOST_PER_PAGE = 500  # ended jobs the hub lists in one page at most
 JOB_PREFIX = "job-"
 NOTEBOOK_FORMAT = "ipynb"
 
@@ -76,7 +77,19 @@ class Hub:
         return cls(api.rstrip("/"), user, token)
 
     async def jobs(self) -> list[dict[str, Any]]:
+        """The first page of the user's list: every job that has not ended, then the ones
+        that ended latest (enough for the notices: a job that just ended is at its top)."""
         return list((await self._call("GET"))["jobs"])
+
+    async def every_job(self, per_page: int = MOST_PER_PAGE) -> list[dict[str, Any]]:
+        """Every job of the user's, each page of ended ones followed: jupyter-scheduler's
+        list sorts, filters and counts them all itself."""
+        page = await self._call("GET", f"?limit={per_page}")
+        found = list(page["jobs"])
+        while page.get("next_after") is not None:
+            page = await self._call("GET", f"?limit={per_page}&after={page['next_after']}")
+            found += page["jobs"]
+        return found
 
     async def job(self, number: int) -> dict[str, Any]:
         return dict(await self._call("GET", f"/{number}"))

@@ -131,7 +131,7 @@ class GPUJobScheduler(Scheduler):
         rows = self._rows()
         jobs = [
             self._describe(job, rows.get(job["server"]))
-            for job in await self.hub.jobs()
+            for job in await self.hub.every_job()
             if getattr(rows.get(job["server"]), "status", None) != DELETED
         ]
         jobs = [job for job in jobs if matches(job, query)]

@@ -135,6 +135,25 @@ def test_a_used_up_budget_refuses_with_how_much_and_from_when():
     )
 
 
+@pytest.mark.parametrize(
+    ("budget", "hours", "says"),
+    [
+        # a tiny budget (a test's, a trial's): its use is read to the budget's own decimals
+        (0.002, 0.0025, "You used 0.002 of your 0.002 GPU-hours"),  # before: "used 0 of"
+        (0.002, 0.0015, "You used 0.001 of your 0.002 GPU-hours"),
+        (40, 39.999, "You used 39.99 of your 40 GPU-hours"),  # rounded down: not yet used up
+        (40, 60, "You used 60 of your 40 GPU-hours"),
+    ],
+)
+def test_what_was_used_is_read_to_the_budgets_own_decimals(budget, hours, says):
+    record = held(start=NOW - 3 * DAY, end=NOW - 3 * DAY + hours * HOUR)
+    now = standing(budgets(per_user=budget), ANN, {}, [record], NOW)
+    assert now.words()[0].startswith(says)
+    refusal = now.refusal(NOW)
+    assert (refusal is not None) == (hours >= budget)
+    assert refusal is None or str(refusal).startswith(says)
+
+
 def test_a_running_server_that_keeps_the_budget_used_up_is_named():
     record = held(start=NOW - 3 * HOUR)
     refusal = standing(budgets(per_user=2), ANN, {}, [record], NOW).refusal(NOW)

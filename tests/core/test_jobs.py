@@ -12,11 +12,14 @@ from gpuspawner.core.job_hints import GPUUse, hints
 from gpuspawner.core.job_rules import DEFAULT_PREEMPT_GRACE, job_rules
 from gpuspawner.core.jobs import (
     FINAL,
+    MAX_SPEC_BYTES,
     TRANSITIONS,
     Event,
     InvalidJob,
     JobSpec,
     JobState,
+    is_job_name,
+    job_id_of,
     parse_submission,
     step,
 )
@@ -67,6 +70,64 @@ def test_a_bad_submission_says_what_to_fix(body, says):
         parse_submission(body)
 
 
+HUGE = "x" * 20_000_000  # what an attack run sent: no answer may carry it back whole
+
+
+@pytest.mark.parametrize(
+    ("body", "says"),
+    [
+        ({"profile": "1gpu", "script": "a.py", HUGE: 1}, "Unknown key 'xxxx"),
+        ({"profile": "1gpu", "notebook": HUGE[:1000] + ".py"}, "must be a .ipynb file"),
+        ({"profile": "1gpu", "notebook": "../" + HUGE[:1000]}, "inside your home"),
+        ({"profile": HUGE, "notebook": "a.ipynb"}, "may be at most 64 KiB"),
+    ],
+)
+def test_a_refusal_quotes_only_a_short_prefix_of_what_was_sent(body, says):
+    with pytest.raises(InvalidJob, match=re.escape(says)) as refused:
+        parse_submission(body)
+    assert len(str(refused.value)) < 400
+
+
+@pytest.mark.parametrize(
+    ("args", "fits"),
+    [
+        (["x" * (MAX_SPEC_BYTES - 100)], True),
+        (["x" * 200_000], False),  # one 200 kB argument: more than one environment string holds
+        (["é" * 12_000], False),  # 24 kB as UTF-8, but 72 kB as the runner is told it (\u00e9)
+        (["y" * 2_000] * 40, False),
+    ],
+)
+def test_a_job_must_fit_the_environment_its_container_is_told_it_in(args, fits):
+    body = {"profile": "1gpu", "script": "a.py", "args": args}
+    if fits:
+        assert parse_submission(body).args == tuple(args)
+        return
+    with pytest.raises(InvalidJob, match="a job may be at most 64 KiB") as refused:
+        parse_submission(body)
+    assert "Put long inputs in a file" in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("server", "hubs", "job_id"),
+    [
+        ("job-7", True, 7),
+        ("job-0", True, 0),
+        ("job-9223372036854775807", True, 2**63 - 1),
+        ("job-9223372036854775808", True, None),  # past SQLite's integers: no job has it
+        ("job-99999999999999999999999", True, None),
+        ("job-", False, None),
+        ("job-7a", False, None),
+        ("job-٣", False, None),  # Unicode digits are not an id's
+        ("job--7", False, None),
+        ("jobs-7", False, None),
+        ("train", False, None),
+    ],
+)
+def test_the_job_names_are_the_hubs_whether_or_not_such_a_job_exists(server, hubs, job_id):
+    assert is_job_name(server) is hubs
+    assert job_id_of(server) == job_id
+
+
 def test_the_runner_is_told_the_job_and_where_its_outputs_go():
     told = JobSpec("1gpu", script="train.py", args=("-v",)).for_runner(7, attempt=2)
     assert told == {
@@ -92,6 +153,7 @@ def test_a_final_state_has_no_way_out():
         ([Event.DISPATCHED, Event.UP, Event.FINISHED], JobState.DONE),
         ([Event.DISPATCHED, Event.UP, Event.BROKE], JobState.FAILED),
         ([Event.DISPATCHED, Event.START_FAILED], JobState.FAILED),
+        ([Event.START_FAILED], JobState.FAILED),  # the hub could not start it at all
         ([Event.DISPATCHED, Event.UP, Event.OVER_RUNTIME], JobState.FAILED),
         ([Event.DISPATCHED, Event.UP, Event.ENDED], JobState.FAILED),
         ([Event.CANCEL], JobState.CANCELLED),

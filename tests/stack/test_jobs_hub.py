@@ -68,6 +68,10 @@ def free(hub: Hub) -> list[str]:
     return [uuid for uuid, state in hub.gpu_states().items() if state == "free"]
 
 
+def unfinished_ids(hub: Hub) -> list[int]:
+    return [j["id"] for j in hub.api("GET", "/gpu-jobs").json()["jobs"]]
+
+
 def servers_on_home(hub: Hub, user: str) -> dict:
     """The user's servers, stopped ones included, as their Home page lists them."""
     return hub.api("GET", f"/users/{user}?include_stopped_servers").json()["servers"]
@@ -169,10 +173,101 @@ def test_a_bad_submission_is_refused_with_the_reason_and_holds_nothing(hub, user
     assert free(hub) == before
 
 
+@pytest.mark.parametrize(
+    ("body", "says"),
+    [
+        # more than one environment string holds: before, it held a GPU 30 s and failed
+        ({"profile": "gpu-1", "script": "train.py", "args": ["x" * 200_000]}, "at most 64 KiB"),
+        ({"profile": "gpu-1", "script": "train.py", "x" * 20_000_000: 1}, "Unknown key 'xxx"),
+        ({"profile": "x" * 60_000, "script": "train.py"}, "No profile 'xxx"),
+    ],
+)
+def test_a_huge_submission_is_refused_without_its_text_and_holds_nothing(hub, body, says):
+    before, jobs = free(hub), unfinished_ids(hub)
+    response = hub.api("POST", "/users/bob/gpu-jobs", json=body)
+    assert response.status_code == 400, response.text[:300]
+    assert says in response.json()["message"]
+    assert len(response.content) < 2000  # a short prefix quoted, not the input sent
+    assert free(hub) == before and unfinished_ids(hub) == jobs
+
+
+HUGE_ID = "99999999999999999999999"  # past SQLite's integers: OverflowError, a 500 before
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("GET", f"/users/bob/gpu-jobs/{HUGE_ID}"),
+        ("DELETE", f"/users/bob/gpu-jobs/{HUGE_ID}"),
+        ("POST", f"/users/bob/servers/job-{HUGE_ID}/gpu-job"),
+        ("DELETE", f"/gpus/waiting/{HUGE_ID}"),
+        ("DELETE", f"/gpu-calendar/{HUGE_ID}"),
+    ],
+)
+def test_an_id_no_record_could_hold_names_nothing(hub, method, path):
+    response = hub.api(method, path, json={"state": "running", "attempt": 1})
+    assert response.status_code == 404, response.text
+    assert HUGE_ID[:10] in response.json()["message"]
+
+
+def test_the_job_names_are_the_hubs_so_no_start_by_hand_breaks_anyones_jobs(hub):
+    """Before: bob started job-<the next id> by hand, his next submission got that id, and
+    every user's submission answered 500 until his server stopped; job-<23 digits> answered
+    500 and its stray server stopped the removal of everyone's ended jobs' servers."""
+    first = submit(hub, "bob", profile="gpu-1", script="train.py")
+    hub.api("DELETE", f"/users/bob/gpu-jobs/{first['id']}")
+    following, huge = f"job-{first['id'] + 1}", f"job-{HUGE_ID}"
+    for server in (following, huge):
+        refused = hub.spawn("bob", server, profile="gpu-1")
+        assert refused.status_code == 409, refused.text
+        assert "names job-<number> are the hub's" in refused.json()["message"]
+    hub.wait_for(  # the stray servers the refused starts made leave bob's Home
+        lambda: not {following, huge} & set(servers_on_home(hub, "bob")),
+        what="the refused starts' servers removed",
+    )
+
+    bobs = submit(hub, "bob", profile="gpu-1", notebook="train.ipynb")
+    assert bobs["server"] == following
+    sams = submit(hub, "sam", profile="gpu-1", script="train.py")
+    assert wait_state(hub, "bob", bobs["id"], "done")["attempts"] == 1
+    hub.api("DELETE", f"/users/sam/gpu-jobs/{sams['id']}")
+    hub.wait_for(lambda: len(free(hub)) == 2, timeout=90, what="the jobs' GPUs back")
+
+
+def test_a_users_list_has_every_unfinished_job_and_pages_the_ended(hub):
+    hub.wait_for(lambda: len(free(hub)) == 2, timeout=90, what="free GPUs")
+    running = submit(hub, "bob", profile="gpu-2", script="train.py")
+    for _ in range(3):  # ended jobs to page through: cancelled while they waited
+        gone = submit(hub, "bob", profile="gpu-1", script="train.py")
+        hub.api("DELETE", f"/users/bob/gpu-jobs/{gone['id']}").raise_for_status()
+    waiting = submit(hub, "bob", profile="gpu-1", script="train.py")  # no GPU left for it
+    try:
+        first = hub.api("GET", "/users/bob/gpu-jobs?limit=1").json()
+        listed = [j["id"] for j in first["jobs"]]
+        assert listed[:2] == [waiting["id"], running["id"]] and len(listed) == 3
+        ended = [listed[2]]
+        after = first["next_after"]
+        while after is not None:
+            page = hub.api("GET", f"/users/bob/gpu-jobs?limit=2&after={after}").json()
+            assert all(j["state"] in ("done", "failed", "cancelled") for j in page["jobs"])
+            ended += [j["id"] for j in page["jobs"]]
+            after = page["next_after"]
+        whole = hub.api("GET", "/users/bob/gpu-jobs?limit=500").json()
+        assert [j["id"] for j in whole["jobs"]] == [*listed[:2], *ended]
+        assert whole["next_after"] is None and len(ended) == len(set(ended)) >= 3
+        for query, says in (("limit=0", '"limit"'), ("after=1x", '"after"')):
+            refused = hub.api("GET", f"/users/bob/gpu-jobs?{query}")
+            assert refused.status_code == 400 and says in refused.json()["message"]
+    finally:
+        for job_id in (waiting["id"], running["id"]):
+            hub.api("DELETE", f"/users/bob/gpu-jobs/{job_id}")
+    hub.wait_for(lambda: len(free(hub)) == 2, timeout=90, what="the jobs' GPUs back")
+
+
 def test_another_user_sees_no_job_of_theirs(hub):
     carol = hub.login("carol")
     mine = carol.get(f"{hub.url}/hub/api/users/carol/gpu-jobs", timeout=30)
-    assert mine.status_code == 200 and mine.json() == {"jobs": []}
+    assert mine.status_code == 200 and mine.json() == {"jobs": [], "next_after": None}
     other = carol.get(f"{hub.url}/hub/api/users/bob/gpu-jobs", timeout=30)
     assert other.status_code in (403, 404)
     assert "train" not in other.text

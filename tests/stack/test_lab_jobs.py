@@ -257,6 +257,24 @@ def test_stop_and_delete_cancel_through_the_hub(hub: Hub):
     assert scheduler(hub, "PATCH", f"jobs/{kept}", json={"status": "STOPPED"}).status_code == 204
 
 
+def test_jupyterlabs_list_reads_every_page_of_the_hubs(hub: Hub):
+    """jupyter-scheduler sorts, filters and counts the list itself, so its backend follows
+    the hub's cursor through every page of ended jobs (here one job a page, in bob's own
+    server with its own token); the jobs above left bob at least two ended jobs."""
+    whole = hub.api("GET", "/users/bob/gpu-jobs?limit=500").json()
+    ids = [j["id"] for j in whole["jobs"]]
+    assert whole["next_after"] is None and len(ids) >= 2
+    script = (
+        "import asyncio, json, os\n"
+        "from gpuspawner_lab.hub_jobs import Hub\n"
+        "jobs = asyncio.run(Hub.from_environ(os.environ).every_job(per_page=1))\n"
+        "print(json.dumps([j['id'] for j in jobs]))"
+    )
+    code, printed = hub.container_of("bob").exec_run(["python3", "-c", script])
+    assert code == 0, printed.decode()
+    assert json.loads(printed) == ids
+
+
 def test_outside_a_hub_jupyter_scheduler_is_stock(hub: Hub):
     script = textwrap.dedent(
         """

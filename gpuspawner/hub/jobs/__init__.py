@@ -8,7 +8,9 @@ Its container runs the images' `gpuspawner-job`, which runs the notebook
 cell by cell (or the script) in the user's home, reports progress here, and
 ends the server when the run ends. See docs/jobs.md.
 
-`board` keeps the jobs and decides (submit, dispatch, give way, end),
-`launch` starts and stops their servers outside any request, `api` is the
-REST API that JupyterLab, the command line and the runner speak.
+`board` keeps the jobs and decides (submit, give way, end), `dispatching`
+starts each waiting job that fits (one job's fault costs only that job),
+`servers` keeps the names `job-<digits>` the hub's and removes the servers of
+ended jobs, `launch` starts and stops their servers outside any request, `api`
+is the REST API that JupyterLab, the command line and the runner speak.
 """

@@ -1,6 +1,10 @@
 """The jobs' REST API: what JupyterLab, `gpuspawner job` and scripts speak, in JSON.
 
-    GET    /hub/api/users/NAME/gpu-jobs          NAME's jobs, newest first
+    GET    /hub/api/users/NAME/gpu-jobs          NAME's jobs: every one not ended, newest first,
+                                                 then the 50 that ended latest; ?limit=N (1 to
+                                                 500) for N of those, ?after=ID for the page of
+                                                 ended jobs after job ID ("next_after" of the
+                                                 page before; null on the last)
     POST   /hub/api/users/NAME/gpu-jobs          submit {"profile", "notebook"} or
                                                  {"profile", "script", "args"}: 201, or 400
                                                  with what to fix (nothing is held)
@@ -9,6 +13,9 @@
     GET    /hub/api/users/NAME/gpu-jobs/profiles the GPU profiles NAME's jobs may use
     GET    /hub/api/gpu-jobs                     every unfinished job (custom:gpus:read)
     POST   /hub/api/users/NAME/servers/job-ID/gpu-job   the runner's progress report
+
+An ID in a path that no job could have (more digits than SQLite's integers hold) is 404,
+as is any other ID that names no job of NAME's.
 
 Who may: `custom:gpu-jobs` for that user, which every user holds for
 themselves and their servers' own tokens hold too (`access`), so JupyterLab
@@ -26,16 +33,19 @@ from jupyterhub.scopes import has_scope
 from jupyterhub.utils import url_path_join
 from tornado import web
 
-from ...core.jobs import SERVER_PREFIX, InvalidJob, parse_submission
+from ...core.ids import as_id
+from ...core.jobs import SERVER_PREFIX, InvalidJob, job_id_of, parse_submission
+from ...core.words import quoted
 from ...records.jobs import Job
 from .. import access
-from ..api_base import JSONHandler
+from ..api_base import JSONHandler, id_in_url
 from ..broker import Broker
 from .board import JobBoard
 from .view import job_view
 
 REPORT_STATES = ("running", "done", "failed", "stopped")
 TAIL_LINES, LINE_CHARS, ERROR_CHARS = 20, 500, 4000
+ENDED_PER_PAGE, MOST_PER_PAGE = 50, 500  # ended jobs in a page of a user's list
 
 
 def board() -> JobBoard:
@@ -49,13 +59,14 @@ class JobsHandler(JSONHandler):
     def _owner(self, user_name: str) -> Any:
         user = self.find_user(user_name)
         if user is None:
-            raise web.HTTPError(404, f"No such user: {user_name}")
+            raise web.HTTPError(404, f"No such user: {quoted(user_name)}")
         return user
 
     def _job(self, user: Any, job_id: str) -> Job:
-        job = board().job(int(job_id))
+        number = id_in_url(job_id, "job")
+        job = board().job(number)
         if job is None or job.user_id != user.id:
-            raise web.HTTPError(404, f"{user.name} has no job {job_id}")
+            raise web.HTTPError(404, f"{user.name} has no job {number}")
         return job
 
     def as_json(self, job: Job) -> dict[str, Any]:
@@ -66,7 +77,32 @@ class UserJobsHandler(JobsHandler):
     def get(self, user_name: str) -> None:
         access.require_jobs(self, user_name, read=True)
         user = self._owner(user_name)
-        self._answer({"jobs": [self.as_json(j) for j in board().jobs_of(user.id)]})
+        page = board().jobs_of(user.id, self._limit(), self._after(user))
+        self._answer({"jobs": [self.as_json(j) for j in page.jobs], "next_after": page.next_after})
+
+    def _limit(self) -> int:
+        text = self.get_argument("limit", str(ENDED_PER_PAGE))
+        limit = as_id(text)  # (a whole number in ASCII digits)
+        if limit is None or not 1 <= limit <= MOST_PER_PAGE:
+            raise web.HTTPError(
+                400, f'"limit" must be a number from 1 to {MOST_PER_PAGE}, not {quoted(text)}'
+            )
+        return limit
+
+    def _after(self, user: Any) -> Job | None:
+        """The ended job a page follows (its cursor), or None for the first page."""
+        text = self.get_argument("after", None)
+        if text is None:
+            return None
+        number = as_id(text)
+        job = board().job(number) if number is not None else None
+        if job is None or job.user_id != user.id or not job.final:
+            raise web.HTTPError(
+                400,
+                f'"after" must be one of {user.name}\'s ended jobs, as a page\'s "next_after" '
+                f"names it, not {quoted(text)}",
+            )
+        return job
 
     def post(self, user_name: str) -> None:
         access.require_jobs(self, user_name, read=False)
@@ -129,7 +165,8 @@ class ReportHandler(JobsHandler):
         if not has_scope(f"access:servers!server={named}", self.parsed_scopes, db=self.db):
             raise web.HTTPError(403, f"This token may not report for server {named}.")
         user = self._owner(user_name)
-        job = board().job(int(server.removeprefix(SERVER_PREFIX)))
+        number = job_id_of(server)
+        job = board().job(number) if number is not None else None
         if job is None or job.user_id != user.id or job.server != server:
             raise web.HTTPError(404, f"{named} is not a job")
         progress = _report(self.get_json_body())

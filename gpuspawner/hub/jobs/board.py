@@ -25,30 +25,25 @@ from ...core.job_hints import GPUUse
 from ...core.job_rules import JobRules
 from ...core.jobs import (
     HOLDING,
-    SERVER_PREFIX,
     Event,
     InvalidJob,
     JobSpec,
     JobState,
     server_of,
 )
-from ...core.limits import LimitExceeded, UserLimits
-from ...core.placement import NotEnoughGPUs
-from ...core.pool import Grant, Holder
-from ...core.units import Kind, Request
+from ...core.limits import UserLimits
+from ...core.pool import Grant
 from ...records.jobs import Job, JobRecord
 from ..broker import Broker
-from ..counters import JOB_PREEMPTIONS, JOB_WAIT_SECONDS
+from ..counters import JOB_PREEMPTIONS
 from ..parking import Parker
 from . import reading, words
+from .dispatching import Budget, Dispatching
 from .giving_way import Rules
 from .launch import Launch, Launcher
-from .restoring import Restoring
-
-Budget = Callable[[int, UserLimits], str | None]  # why a user may not use GPUs now
 
 
-class JobBoard(Restoring):
+class JobBoard(Dispatching):
     def __init__(
         self,
         broker: Broker,
@@ -65,7 +60,6 @@ class JobBoard(Restoring):
         self._waiting_since: dict[int, float] = {}  # by job id, since giving way (else submitted)
         self._open = False  # jobs start only once the hub runs (its proxy routes to them)
         self._shutting_down = False
-        self._removing = False  # ended jobs' servers are being removed (`tick`)
 
     def open(self) -> None:
         """The hub runs: start what waits."""
@@ -77,22 +71,6 @@ class JobBoard(Restoring):
         stops (cleanup_servers) waits for the next hub rather than failing."""
         self._open = False
         self._shutting_down = True
-
-    async def _remove_ended_servers(self) -> None:
-        """An ended job's named server leaves JupyterHub once stopped: its user's Home lists
-        no server that cannot start again. Every such server, whenever it was left: when its
-        job ended, before this hub (or a gpuspawner that kept them), or made again by a
-        start by hand that was refused. The job's record and outputs stay."""
-        try:
-            for user_id, server in self.launcher.named_servers(SERVER_PREFIX):
-                if self.is_job(user_id, server) or not self.job_server(user_id, server):
-                    continue  # a job that will run (again), or a person's own server
-                try:
-                    await self.launcher.remove(user_id, server)  # (not while it stops)
-                except Exception:
-                    self.log.exception("gpuspawner: removing %s's server failed", server)
-        finally:
-            self._removing = False
 
     # --- what others read ---------------------------------------------------------------
     def gpu_use(self, job: Job) -> list[GPUUse]:
@@ -107,22 +85,6 @@ class JobBoard(Restoring):
     def awaiting_start(self, server_id: int) -> bool:
         """Whether a job's GPUs wait for this server's start to take them."""
         return server_id in self._launching
-
-    def is_job(self, user_id: int, server: str) -> bool:
-        """Whether `server` runs (or waits to run) one of this user's jobs."""
-        job = self._by_server(user_id, server)
-        return job is not None
-
-    def job_server(self, user_id: int, server: str) -> bool:
-        """Whether `server` is, or was, one of this user's jobs' servers: the hub's alone to
-        start (an ended job's server stays on the user's Home page, with a start link)."""
-        if self.is_job(user_id, server):
-            return True
-        number = server.removeprefix(SERVER_PREFIX)
-        if not server.startswith(SERVER_PREFIX) or not number.isdigit():
-            return False
-        ended = self.record.get(int(number))
-        return ended is not None and ended.user_id == user_id
 
     def place_of(self, job: Job) -> int:
         """A waiting job's place among the waiting jobs (1: next)."""
@@ -148,12 +110,13 @@ class JobBoard(Restoring):
         job = self.record.add(user_id, user, spec, self.broker.clock())
         self._jobs[job.id] = job
         self.log.info("gpuspawner: %s submitted %s (%s)", user, job.server, spec.path)
-        self.dispatch()
-        return self._jobs.get(job.id, job)
+        self._guarded(self.dispatch)
+        return self.job(job.id) or job
 
     def cancel(self, job: Job) -> Job:
         now = self.broker.clock()
-        ended = self._event(job, Event.CANCEL, reason=words.cancelled(now), ended=now)
+        reason = words.cancelled(now, ran=job.attempts > 0)
+        ended = self._event(job, Event.CANCEL, reason=reason, ended=now)
         if job.state in HOLDING - {JobState.STARTING}:
             self._spawn(self._stop(ended))
         return ended
@@ -165,21 +128,25 @@ class JobBoard(Restoring):
         if state == "done":
             return self._finish(job, Event.FINISHED, words.finished())
         if state == "failed":
-            return self._finish(job, Event.BROKE, words.broke(progress.get("error")))
+            return self._finish(job, Event.BROKE, words.broke(progress.get("error"), job.spec))
         return job
 
     # --- events from the broker and the monitor -------------------------------------------
     def line_ran(self) -> None:
         """The line moved (a release, a start, a monitor tick): make jobs give way to people
-        who wait, then fill what is free."""
+        who wait, then fill what is free, then bring parked jobs back."""
         if not self._open:
             return
+        for step in (self._make_way, self.dispatch, self._restore_parked):
+            self._guarded(step)
+
+    def _guarded(self, step: Callable[[], None]) -> None:
+        """One step of the jobs' pass: a fault in it is logged, and never reaches the
+        request or the event that ran the pass, nor keeps the other steps from running."""
         try:
-            self._make_way()
-            self.dispatch()
-            self._restore_parked()
+            step()
         except Exception:
-            self.log.exception("gpuspawner: the jobs' pass failed")
+            self.log.exception("gpuspawner: the jobs' pass failed (%s)", step.__name__)
 
     def released(self, grant: Grant) -> None:
         """Docker confirmed a server's container gone: if a job's, its run ended (it gave
@@ -212,9 +179,7 @@ class JobBoard(Restoring):
     def tick(self, now: float) -> None:
         """Each monitor tick: a job past its max_runtime is stopped, its outputs kept; ended
         jobs' stopped servers are removed."""
-        if not self._removing:
-            self._removing = True
-            self._spawn(self._remove_ended_servers())
+        self._remove_ended_servers_later()
         for job in list(self._jobs.values()):
             if job.state is not JobState.RUNNING or job.started is None:
                 continue
@@ -224,95 +189,11 @@ class JobBoard(Restoring):
                 continue
             self._finish(job, Event.OVER_RUNTIME, words.over_runtime(limit))
 
-    # --- dispatch --------------------------------------------------------------------------
-    def dispatch(self) -> None:
-        """Start every waiting job that fits on GPUs no person waits for, in the jobs' order."""
-        waiting = [j for j in self._jobs.values() if j.state is JobState.WAITING]
-        if not waiting or not self._open:
-            return
-        people = reading.people_short_of_gpus(self.broker.line)
-        for job in self._in_order(waiting):
-            found = self.rules_of(job.user_id)
-            if found is None:
-                self._event(job, Event.CANCEL, reason=words.user_gone(), ended=self.broker.clock())
-                continue
-            limits, rules = found
-            try:
-                profile = reading.job_profile(self.broker.site.profiles, job.spec.profile, limits)
-            except InvalidJob as invalid:
-                self._event(job, Event.CANCEL, reason=str(invalid), ended=self.broker.clock())
-                continue
-            request = limits.request_for(profile)
-            if any(reading.competes(self.broker.pool.units, request, person) for person in people):
-                continue  # people first
-            self._try_start(job, request, limits, rules)
-
-    def _try_start(self, job: Job, request: Request, limits: UserLimits, rules: JobRules) -> None:
-        if self.budget_refusal(job.user_id, limits) is not None:
-            return  # it waits for the budget's window to move on
-        if self.broker.homes.moving(job.user):
-            return  # it runs once its user's home is on its new node
-        server_id = self.launcher.server_id(job.user_id, job.server)
-        holder = Holder(server_id, job.user_id, job.user, job.server, job=True)
-        # A parked person's GPU is lent only to a job the driver could park when they come
-        # back: a run on one whole GPU (one on several is an NCCL program, which it cannot
-        # checkpoint today; MIG instances and slots are never parked). Others would make
-        # the person wait for their grace.
-        parkable = request.count == 1 and request.kind is Kind.GPU
-        try:
-            grant = self.broker.take_now(
-                holder,
-                request,
-                limits.admit,
-                self.kept_from_jobs(),
-                borrows=parkable,
-                lasts=rules.max_runtime.value,  # backfill: off GPUs a window opens on before
-            )
-        except (NotEnoughGPUs, LimitExceeded):
-            return  # later: what is free now does not fit it, or its user holds enough
-        now = self.broker.clock()
-        started = self._event(
-            job,
-            Event.DISPATCHED,
-            started=now,
-            attempts=job.attempts + 1,
-            gpus=tuple(grant.uuids),
-            reason="",
-        )
-        waited = now - self._waiting_since.pop(job.id, job.submitted)
-        JOB_WAIT_SECONDS.observe(max(0.0, waited))
-        self._launching[server_id] = Launch(started, grant, rules.preempt_grace)
-        self.log.info("gpuspawner: %s starts on %s", job.server, ", ".join(grant.ids))
-        self._spawn(self._start(started, server_id, {"profile": job.spec.profile}))
-
-    async def _start(self, job: Job, server_id: int, options: dict[str, Any]) -> None:
-        try:
-            await self.launcher.start(job.user_id, job.server, options)
-        except Exception as error:
-            self.log.warning("gpuspawner: %s did not start: %s", job.server, error)
-            if self._launching.pop(server_id, None) is not None:  # its spawner never took it
-                self.broker.release_when_gone(server_id)
-            now = self.broker.clock()
-            self._event(job, Event.START_FAILED, reason=words.start_failed(error), ended=now)
-            return
-        current = self._jobs.get(job.id)
-        if current is None or current.state is not JobState.STARTING:
-            await self.launcher.stop(job.user_id, job.server)  # cancelled or ended meanwhile
-            return
-        self._event(current, Event.UP)
-
     def _rules(self, user_id: int) -> tuple[UserLimits, JobRules]:
         found = self.rules_of(user_id)
         if found is None:
             raise InvalidJob("No such user")
         return found
-
-    def _in_order(self, jobs: list[Job]) -> list[Job]:
-        return reading.in_order(jobs, self.broker.line.recent_use_now(), self._priority)
-
-    def _priority(self, user_id: int) -> int:
-        found = self.rules_of(user_id)
-        return found[1].priority if found is not None else 0
 
     # --- at hub start -------------------------------------------------------------------------
     def recover(self) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 from ...core.jobs import HOLDING, Event, step
@@ -14,6 +15,14 @@ from ...records.jobs import Job, JobRecord
 from ..broker import Broker
 from ..counters import JOB_GPU_SECONDS, JOB_RUN_SECONDS, JOBS_ENDED
 from .launch import Launcher
+
+
+@dataclass(frozen=True)
+class JobsPage:
+    """A page of a user's jobs, and where the next page of their ended jobs begins."""
+
+    jobs: list[Job]
+    next_after: int | None  # the last ended job listed, where more ended ones follow
 
 
 class JobBooks:
@@ -25,8 +34,16 @@ class JobBooks:
         self._ending: dict[tuple[int, str], Job] = {}  # ended jobs whose container is not gone
         self._tasks: set[asyncio.Task[None]] = set()
 
-    def jobs_of(self, user_id: int, limit: int = 100) -> list[Job]:
-        return self.record.of_user(user_id, limit)
+    def jobs_of(self, user_id: int, limit: int, after: Job | None = None) -> JobsPage:
+        """One page of a user's list: the first (no `after`) has every job of theirs that has
+        not ended, newest first, then the `limit` that ended latest; each next one the
+        `limit` that ended before `after`. Unfinished jobs are never left off for ended ones:
+        they are what the user acts on."""
+        unfinished = [j for j in self._jobs.values() if j.user_id == user_id]
+        first = sorted(unfinished, key=lambda j: j.id, reverse=True) if after is None else []
+        ended = self.record.ended_of(user_id, limit + 1, after)
+        more = len(ended) > limit
+        return JobsPage([*first, *ended[:limit]], ended[limit - 1].id if more else None)
 
     def job(self, job_id: int) -> Job | None:
         return self._jobs.get(job_id) or self.record.get(job_id)

@@ -18,7 +18,7 @@ from ...core.placement import NotEnoughGPUs
 from ...core.pool import Grant
 from ...core.profiles import Profile
 from ...core.units import Request, Unit
-from ...core.words import DEFAULT_GROUP
+from ...core.words import DEFAULT_GROUP, quoted
 from ...records.jobs import Job
 from ..line import Entry, Line
 from . import words
@@ -58,13 +58,13 @@ def job_profile(profiles: Sequence[Profile], slug: str, limits: UserLimits) -> P
     profile = next((p for p in profiles if p.slug == slug), None)
     if profile is None:
         known = ", ".join(p.slug for p in profiles if p.request.kind)
-        raise InvalidJob(f"No profile {slug!r}; GPU profiles are: {known}")
+        raise InvalidJob(f"No profile {quoted(slug)}; GPU profiles are: {known}")
     if profile.request.kind is None:
         raise InvalidJob(words.not_a_gpu_profile(profile))
     if not limits.may_pick(slug):
         allowed = ", ".join(sorted(limits.profiles.value or ()))
         raise InvalidJob(
-            f"Profile {slug!r} is not available to you (group {limits.profiles.group} "
+            f"Profile {quoted(slug)} is not available to you (group {limits.profiles.group} "
             f"may pick: {allowed})"
         )
     return profile

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from ...core.jobs import OUTPUTS
+from ...core.jobs import FINAL, OUTPUTS, SERVER_PREFIX, JobSpec, JobState
 from ...core.limits import Limited
 from ...core.profiles import Profile
 from ...core.units import Request
 from ...core.words import at_clock, duration, from_group
+from ...records.jobs import Job
+
+SUBMIT_AGAIN = "submit the job again (JupyterLab's Create Job, or gpuspawner job submit)"
 
 
 def too_many(count: int, most: Limited) -> str:
@@ -33,17 +36,20 @@ def not_a_gpu_profile(profile: Profile) -> str:
     )
 
 
-def cancelled(now: float) -> str:
-    return f"Cancelled at {at_clock(now, now)}; its outputs so far are kept."
+def cancelled(now: float, ran: bool) -> str:
+    kept = "its outputs so far are kept" if ran else "it had not started, so it wrote nothing"
+    return f"Cancelled at {at_clock(now, now)}; {kept}."
 
 
 def finished() -> str:
     return "Its run ended well."
 
 
-def broke(error: object) -> str:
+def broke(error: object, spec: JobSpec) -> str:
     detail = f": {error}" if isinstance(error, str) and error else ""
-    return f"Its run failed{detail}. The output notebook keeps the cell that failed."
+    if spec.notebook:
+        return f"Its run failed{detail}. The executed notebook keeps the cell that failed."
+    return f"Its run failed{detail}. Its log (log.txt, in its folder) has the script's output."
 
 
 def over_runtime(limit: Limited) -> str:
@@ -60,11 +66,30 @@ def gave_way(to: str, now: float) -> str:
     )
 
 
-def started_by_hand(server: str) -> str:
+def started_by_hand(server: str, job: Job | None) -> str:
+    """Why a start by hand of a server named as a job's is refused, for what the name is."""
+    if job is None:
+        return (
+            f"{server} is named as a GPU job's server: names {SERVER_PREFIX}<number> are the "
+            "hub's, for the jobs it starts. Give your server another name."
+        )
+    hubs = (
+        f"{server} is a GPU job's server: the hub starts it when the job's turn comes, never "
+        "by hand."
+    )
+    if job.state not in FINAL:
+        now = "It waits for free GPUs." if job.state is JobState.WAITING else "It runs now."
+        return f"{hubs} {now}"
+    if job.attempts == 0:
+        return f"{hubs} It ended ({job.state}) before it ever ran; to run it, {SUBMIT_AGAIN}."
+    return f"{hubs} Its outputs are in ~/{OUTPUTS}/{server}; to run it again, {SUBMIT_AGAIN}."
+
+
+def not_started(error: BaseException) -> str:
+    what = str(error) or type(error).__name__
     return (
-        f"{server} is a GPU job's server: the hub starts it when the job's turn comes, "
-        f"never by hand. Its outputs are in ~/{OUTPUTS}/{server}; to run it again, submit "
-        "the job again (JupyterLab's Create Job, or gpuspawner job submit)."
+        f"The hub could not start it ({what}); it holds no GPU. Submit it again; if this "
+        "persists, ask an admin."
     )
 
 
@@ -102,8 +127,8 @@ def restore_failed(error: object) -> str:
 
 def ended_unreported() -> str:
     return (
-        "Its server ended before its run said it had ended (stopped by an admin, or its "
-        "container died); its log and outputs so far are in its folder."
+        "Its server stopped before its run said it had ended (someone stopped the server, "
+        "you or an admin, or its container died); its log and outputs so far are in its folder."
     )
 
 
