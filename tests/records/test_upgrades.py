@@ -48,7 +48,7 @@ def everything(path: Path) -> dict:
         return {
             "usage": ledger.records(since=0),
             "line": line.take_all(),
-            "jobs": jobs.of_user(10) + jobs.of_user(11),
+            "jobs": jobs.ended_of(10, limit=10) + jobs.unfinished(),
             "calendar": calendar.since(0),
             "homes": homes.all(),
         }
