@@ -33,7 +33,11 @@ from selenium.webdriver.chrome.options import Options
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 
+# A host name of another site for the browser, on this machine's loopback: pages "on another
+# site" are served there (the browsers' namespace reaches the host's 127.0.0.1 only).
+OTHER_SITE = "other-site.test"
 FLAGS = [
+    f"--host-resolver-rules=MAP {OTHER_SITE} 127.0.0.1",
     "--headless=new",
     "--no-sandbox",
     "--disable-gpu",

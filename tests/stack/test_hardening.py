@@ -6,7 +6,7 @@ import threading
 from collections.abc import Iterator
 
 import pytest
-from browser import log_in, screenshot_for_docs
+from browser import OTHER_SITE, log_in, screenshot_for_docs
 from realhub import CPU_IMAGE, NOTEBOOK_IMAGE, PASSWORD, Hub, free_port
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions
@@ -94,8 +94,8 @@ class EvilSite:
             def log_message(self, *args: object) -> None:
                 pass
 
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.2", free_port()), Handler)
-        self.url = f"http://127.0.0.2:{self.server.server_port}"
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
+        self.url = f"http://{OTHER_SITE}:{self.server.server_port}"  # another site to the hub
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def close(self) -> None:

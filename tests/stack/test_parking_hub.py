@@ -364,7 +364,8 @@ def test_a_parked_persons_ended_kernel_is_not_restored_and_they_are_told_it_was_
     says = hub.api("GET", "/users/carol/server/gpu-lease").json()["residency"]["says"]
     assert "Your kernel's GPU state was lost while it was parked" in says, says
     assert hub.held_by("carol") == [uuid]
-    assert wait_state(hub, "bob", running["id"], "parked")["attempts"] == 1
+    # the job gave way for her, parked or by SIGTERM (its memory and the new kernel's decide)
+    assert wait_state(hub, "bob", running["id"], "parked", "waiting")["preemptions"] == 1
     log = hub.log()[since:]
     assert "carol: its GPU work was lost while parked" in log
     assert "carol restored on its GPUs" not in log
