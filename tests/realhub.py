@@ -157,6 +157,19 @@ def base_config(token: str, prefix: str, hub_ip: str) -> str:
     )
 
 
+def polled(condition: Any, timeout: float) -> Any:
+    """What `condition()` returns once it is true, or its last answer at `timeout` seconds.
+    Asked at once, then less and less often (0.1 s apart, growing to 1 s): a wait that ends
+    soon ends promptly, and a long one does not keep the hub (on two busy cores) answering
+    the same question several times a second."""
+    deadline = time.monotonic() + timeout
+    pause = 0.1
+    while not (result := condition()) and time.monotonic() < deadline:
+        time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
+        pause = min(pause * 1.5, 1.0)
+    return result
+
+
 RUNNING = "JupyterHub is now running"  # the hub's log line just before it sets its signal handlers
 
 
@@ -355,15 +368,27 @@ class Hub:
         return self.wait_ready(user, server)
 
     def wait_ready(self, user: str, server: str = "", timeout: float = 90) -> dict:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            model = self.server_model(user, server)
-            if model and model.get("ready"):
-                return model
-            if model is None or not model.get("pending"):
-                raise AssertionError(f"{user}/{server} is not starting:\n{self.log()[-4000:]}")
-            time.sleep(0.3)
-        raise TimeoutError(f"{user}/{server} not ready in {timeout}s")
+        """The server's model once the hub's progress events (its pending page's own stream)
+        say it is ready: one request that the hub answers as the start goes, rather than a
+        question every moment. AssertionError where its start failed or none is under way."""
+        url = f"{self.url}/hub/api/users/{user}/servers/{server}/progress"
+        headers = {"Authorization": f"token {self.token}"}
+        said: list[dict] = []
+        try:  # (the hub writes a keepalive every 8 s: the read timeout is between those)
+            with requests.get(url, headers=headers, stream=True, timeout=(30, timeout)) as events:
+                for line in events.iter_lines() if events.ok else ():
+                    if line.startswith(b"data:"):
+                        said.append(json.loads(line[5:]))
+                        if said[-1].get("ready") or said[-1].get("failed"):
+                            break
+        except requests.ReadTimeout:
+            raise TimeoutError(f"{user}/{server} not ready in {timeout}s: {said[-3:]}") from None
+        model = self.server_model(user, server)
+        if model and model.get("ready"):
+            return model
+        raise AssertionError(
+            f"{user}/{server} is not starting: {said[-1:] or events.text}\n{self.log()[-4000:]}"
+        )
 
     def message_in_line(self, user: str, server: str = "") -> str:
         """The first message of a waiting start's pending page (its progress stream)."""
@@ -388,16 +413,12 @@ class Hub:
     def stop_server(self, user: str, server: str = "", timeout: float = 60) -> None:
         response = self.api("DELETE", f"/users/{user}/servers/{server}")
         assert response.status_code in (202, 204), response.text
-        deadline = time.monotonic() + timeout
-        while self.server_model(user, server) is not None:
-            assert time.monotonic() < deadline, f"{user}/{server} did not stop"
-            time.sleep(0.3)
+        stopped = polled(lambda: self.server_model(user, server) is None, timeout)
+        assert stopped, f"{user}/{server} did not stop"
 
     def wait_gone(self, user: str, server: str = "", timeout: float = 30) -> None:
-        deadline = time.monotonic() + timeout
-        while self.server_model(user, server) is not None:
-            assert time.monotonic() < deadline, f"{user}/{server} still listed"
-            time.sleep(0.3)
+        gone = polled(lambda: self.server_model(user, server) is None, timeout)
+        assert gone, f"{user}/{server} still listed"
 
     # --- As a person in a browser session ----------------------------------
     def login(self, user: str) -> requests.Session:
@@ -424,14 +445,12 @@ class Hub:
 
     # --- Docker ------------------------------------------------------------
     def wait_for(self, condition: Any, timeout: float = 30, what: str = "condition") -> Any:
-        """Poll `condition()` until it returns something true; the hub's polls take a moment."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            result = condition()
-            if result:
-                return result
-            time.sleep(0.3)
-        raise TimeoutError(f"{what} not met in {timeout}s:\n{self.log()[-3000:]}")
+        """`condition()` once it returns something true (`polled`): what the hub does on its
+        own ticks (the monitor, a cull, a job's pass) has no event to wait for."""
+        result = polled(condition, timeout)
+        if not result:
+            raise TimeoutError(f"{what} not met in {timeout}s:\n{self.log()[-3000:]}")
+        return result
 
     def gpu_states(self) -> dict[str, str]:
         return {g["uuid"]: g["state"] for g in self.pool()["gpus"]}

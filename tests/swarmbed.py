@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import subprocess
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,7 +15,7 @@ import docker
 from docker.models.containers import Container
 from docker.models.services import Service
 from docker.types import RestartPolicy
-from realhub import NOTEBOOK_IMAGE
+from realhub import NOTEBOOK_IMAGE, polled
 
 BED = Path(__file__).resolve().parents[1] / "scripts" / "swarm-testbed"
 SOCKETS = Path("/run/gpuspawner-swarm")
@@ -32,10 +31,8 @@ def bed(*args: str) -> subprocess.CompletedProcess[str]:
 def wait_for(condition: Callable[[], T | None], what: str, timeout: float = 60) -> T:
     """`condition()` once it is truthy, polled for at most `timeout` seconds: a node's state
     and a task's have no event to wait on."""
-    deadline = time.monotonic() + timeout
-    while not (value := condition()):
-        assert time.monotonic() < deadline, f"not within {timeout:.0f} s: {what}"
-        time.sleep(0.2)
+    value = polled(condition, timeout)
+    assert value, f"not within {timeout:.0f} s: {what}"
     return value
 
 
