@@ -6,35 +6,47 @@ with names under a prefix the test owns, so a test sees and removes only its own
 
 from __future__ import annotations
 
+import io
 import os
 import subprocess
 import sys
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager, redirect_stderr, redirect_stdout, suppress
 from pathlib import Path
 from typing import Any
 
 import docker
 from realhub import unique_prefix
 
+from gpuspawner.admin import cli
 from gpuspawner.core.pool import Grant
 from gpuspawner.engine import docker as engine
 
-GPUSPAWNER = Path(sys.executable).with_name("gpuspawner")
+GPUSPAWNER = Path(sys.executable).with_name("gpuspawner")  # the console script
 
 
 def gpuspawner(
     *args: str, cwd: Path, env: Mapping[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
-    """The console script, in `cwd` (where it looks for jupyterhub_config.py)."""
-    return subprocess.run(
-        [str(GPUSPAWNER), *args],
-        cwd=cwd,
-        env={**os.environ, "NO_COLOR": "1", **(env or {})},
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    """The admin command as an admin runs it, in `cwd` (where it looks for
+    jupyterhub_config.py) with `env`: its main, run in this test's process, so that each of
+    the suite's many commands does not import JupyterHub again (2 s of CPU each). The console
+    script itself runs as a process where another user runs it (test_usage_report.py), and
+    in the release check."""
+    out, err = io.StringIO(), io.StringIO()
+    before, here = dict(os.environ), os.getcwd()
+    os.environ.update({"NO_COLOR": "1", **(env or {})})
+    os.chdir(cwd)
+    try:
+        with redirect_stdout(out), redirect_stderr(err):
+            code = cli.main(list(args))
+    except SystemExit as exit:  # argparse's refusal of the arguments
+        code = exit.code if isinstance(exit.code, int) else 2
+    finally:
+        os.chdir(here)
+        os.environ.clear()
+        os.environ.update(before)
+    return subprocess.CompletedProcess(["gpuspawner", *args], code, out.getvalue(), err.getvalue())
 
 
 class Servers:
