@@ -13,7 +13,7 @@ import time
 
 import pytest
 from admintools import gpuspawner
-from realhub import Hub
+from realhub import LIGHT_SERVERS, Hub
 
 CONFIG = """
 c.GPUSpawner.simulate_gpus = 4
@@ -37,7 +37,7 @@ LEDGER = "gpuspawner-usage.sqlite"  # c.GPUSpawner.usage_ledger_file's default, 
 
 @pytest.fixture(scope="module")
 def hub(hub_factory, load_file) -> Hub:
-    hub = hub_factory(CONFIG.format(load=str(load_file)))
+    hub = hub_factory(CONFIG.format(load=str(load_file)) + LIGHT_SERVERS)
     hub.add_users(
         "trainer",
         "dropped",

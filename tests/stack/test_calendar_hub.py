@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import requests
 from browser import STALE, log_in
-from realhub import PASSWORD, Hub
+from realhub import LIGHT_SERVERS, PASSWORD, Hub
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
@@ -26,7 +26,7 @@ c.GPUSpawner.group_limits = {{
 
 @pytest.fixture(scope="module")
 def hub(hub_factory, load_file) -> Hub:
-    hub = hub_factory(CONFIG.format(load=str(load_file)))
+    hub = hub_factory(CONFIG.format(load=str(load_file)) + LIGHT_SERVERS)
     hub.add_users(
         "alice", "bob", "carol", "dave", "admin", groups={"ml": ["carol"], "patient": ["dave"]}
     )

@@ -9,7 +9,7 @@ import threading
 from datetime import UTC, datetime
 
 import pytest
-from realhub import Hub, processes_in
+from realhub import LIGHT_SERVERS, Hub, processes_in
 
 CONFIG = """
 from gpuspawner.hub.culler import idle_culler_service
@@ -35,7 +35,7 @@ c.JupyterHub.load_roles.append(culler_role)
 
 @pytest.fixture(scope="module")
 def hub(hub_factory, load_file) -> Hub:
-    hub = hub_factory(CONFIG.format(load=str(load_file)))
+    hub = hub_factory(CONFIG.format(load=str(load_file)) + LIGHT_SERVERS)
     hub.add_users(
         "idler",
         "trainer",
@@ -134,7 +134,7 @@ def test_the_hub_stops_its_culler_with_sigint_even_when_started_with_sigint_igno
     """A shell's background job (`scripts/hub &`) starts with SIGINT ignored, and so would
     every process the hub starts: the culler then ignored the SIGINT the hub stops it with,
     and each hub stop waited the 30 s of interrupt_timeout before a SIGTERM."""
-    hub = hub_factory(CONFIG.format(load=str(load_file)), start=False)
+    hub = hub_factory(CONFIG.format(load=str(load_file)) + LIGHT_SERVERS, start=False)
     inherited = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         hub.start()
@@ -172,7 +172,7 @@ def ends_within(pid: int, timeout: float) -> bool:
 def test_the_culler_ends_with_its_hub_even_after_a_kill_9(hub_factory, load_file):
     """JupyterHub starts a managed service in a session of its own: a hub ended by kill -9
     left its culler running, and each restart added another."""
-    hub = hub_factory(CONFIG.format(load=str(load_file)))
+    hub = hub_factory(CONFIG.format(load=str(load_file)) + LIGHT_SERVERS)
     [culler] = hub.wait_for(lambda: cullers(hub), what="the culler running")
     os.killpg(hub.process.pid, signal.SIGKILL)  # the hub's own session: nothing cleans up
     hub.process.wait(10)

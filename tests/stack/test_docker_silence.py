@@ -11,7 +11,7 @@ again, nothing is left of it.
 import pytest
 from books import assert_books_hold
 from browser import log_in
-from realhub import PASSWORD, Hub
+from realhub import LIGHT_SERVERS, PASSWORD, Hub
 from selenium.webdriver.common.by import By
 
 CONFIG = """
@@ -33,7 +33,7 @@ INSPECT, LIST, EVENTS = r"/containers/[^/]+/json", r"/containers/json", r"/event
 
 @pytest.fixture(scope="module")
 def hub(faults, hub_factory) -> Hub:  # faults first, so the proxy outlives the hub
-    hub = hub_factory(CONFIG, env={"DOCKER_HOST": faults.docker_host})
+    hub = hub_factory(CONFIG + LIGHT_SERVERS, env={"DOCKER_HOST": faults.docker_host})
     hub.add_users("ann", "bob")
     return hub
 

@@ -4,7 +4,7 @@ admin's own config grants `custom:gpus:admin` stops servers with a reason their 
 
 import pytest
 import requests
-from realhub import Hub
+from realhub import LIGHT_SERVERS, Hub
 
 from gpuspawner.hub.culler import idle_culler_service
 
@@ -31,7 +31,7 @@ c.JupyterHub.load_roles += [
 
 @pytest.fixture(scope="module")
 def hub(hub_factory) -> Hub:
-    hub = hub_factory(CONFIG)
+    hub = hub_factory(CONFIG + LIGHT_SERVERS)
     hub.add_users("ann", "bob", "admin", "olga")
     hub.spawn_ready("ann", profile="gpu-1")
     hub.spawn_ready("bob", "train", profile="gpu-1")

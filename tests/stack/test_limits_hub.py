@@ -4,7 +4,7 @@ import concurrent.futures
 import html
 
 import pytest
-from realhub import Hub
+from realhub import LIGHT_SERVERS, Hub
 
 CONFIG = """
 c.GPUSpawner.simulate_gpus = 4
@@ -33,7 +33,7 @@ STUDENTS = ["s1", "s2", "s3"]
 
 @pytest.fixture(scope="module")
 def hub(hub_factory) -> Hub:
-    hub = hub_factory(CONFIG)
+    hub = hub_factory(CONFIG + LIGHT_SERVERS)
     hub.add_users(*STUDENTS, "r1", groups={"students": STUDENTS, "researchers": ["r1"]})
     return hub
 

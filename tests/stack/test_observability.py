@@ -5,7 +5,7 @@ import json
 import pytest
 import requests
 from browser import STALE, log_in, screenshot_for_docs
-from realhub import PASSWORD, Hub
+from realhub import LIGHT_SERVERS, PASSWORD, Hub
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions
 from selenium.webdriver.support.ui import WebDriverWait
@@ -33,7 +33,7 @@ DASHBOARD_TOKEN = "dashboard-token-0123456789abcdef"
 def hub(hub_factory, tmp_path_factory) -> Hub:
     load = tmp_path_factory.mktemp("load") / "load.json"
     load.write_text(json.dumps({"0": {"temperature_celsius": 83.5, "utilization_percent": 64}}))
-    hub = hub_factory(CONFIG.format(load=str(load), dashboard=DASHBOARD_TOKEN))
+    hub = hub_factory(CONFIG.format(load=str(load), dashboard=DASHBOARD_TOKEN) + LIGHT_SERVERS)
     hub.add_users("ann", "bob", "admin", groups={"students": ["ann"]})
     hub.spawn_ready("ann", profile="gpu-2")
     hub.spawn_ready("bob", "train", profile="gpu-1")

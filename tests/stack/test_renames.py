@@ -7,7 +7,7 @@ the user under the new name, and admins see the new name.
 """
 
 import pytest
-from realhub import Hub
+from realhub import LIGHT_SERVERS, Hub
 
 CONFIG = """
 c.GPUSpawner.simulate_gpus = 4
@@ -27,7 +27,7 @@ c.JupyterHub.load_roles.append(
 
 @pytest.fixture(scope="module")
 def hub(hub_factory) -> Hub:
-    hub = hub_factory(CONFIG)
+    hub = hub_factory(CONFIG + LIGHT_SERVERS)
     hub.add_users("alice", "runner", groups={"students": ["alice"], "marathon": ["runner"]})
     return hub
 

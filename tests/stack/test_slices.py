@@ -12,7 +12,7 @@ import json
 
 import pytest
 from browser import log_in
-from realhub import PASSWORD, Hub
+from realhub import LIGHT_SERVERS, PASSWORD, Hub
 from selenium.webdriver.common.by import By
 
 HOST = [
@@ -58,7 +58,7 @@ def host_file(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def hub(hub_factory, host_file, load_file) -> Hub:
-    hub = hub_factory(CONFIG.format(host=str(host_file), load=str(load_file)))
+    hub = hub_factory(CONFIG.format(host=str(host_file), load=str(load_file)) + LIGHT_SERVERS)
     hub.add_users(*EVERYONE, "stu", "viewer", "busy", "idle", groups={"students": ["stu"]})
     hub.add_users(groups={"idlers": ["busy", "idle"]})
     return hub
