@@ -19,10 +19,11 @@ its kernel lives, its GPUs may run jobs, and it wakes when its user runs a cell 
 process of it opens its GPU. Parked longer than its group's `max_parked` (or past its
 `max_age`), it is stopped as without parking.
 
-A server whose container Docker lists as exited (it crashed, or was killed) is asked about
-at once (`Spawner.poll_and_notify`), rather than at JupyterHub's next poll of it (every
-`poll_interval`, 30 s by default): its GPUs go back, and a job on them is ended, within a
-tick.
+A server whose container Docker lists as exited or no longer lists (it crashed, or was
+killed, and was removed as it exited) is asked about at once
+(`Spawner.poll_and_notify`), rather than at JupyterHub's next poll of it (every
+`poll_interval`, 30 s by default): its GPUs go back, and a job on them is ended, within
+a tick.
 
 A server on GPUs that a booking or a drain of the calendar opens on is stopped as it opens,
 with the notice that says why (a job gives way and waits again), unless the booking lets
@@ -107,14 +108,17 @@ class Reclaimer:
         return jobs is not None and jobs.is_job(grant.holder.user_id, grant.holder.server)
 
     def _exited(self, grant: Grant, observation: Observation) -> bool:
-        """Whether Docker lists the server's container as exited (not one being made)."""
+        """Whether the server's container has exited, as Docker lists it: stopped, or gone
+        (a server's container is removed as it exits). Asked only of a server JupyterHub
+        calls ready (`_ask_about`): one starting may have no container yet."""
+        if observation.containers is None:
+            return False  # Docker did not answer: nothing is known
         hub = self.broker.hub
-        ours = [
-            seen
-            for seen in observation.containers or ()
+        return not any(
+            seen.running
+            for seen in observation.containers
             if seen.server and seen.server.spawner_id == grant.key and seen.of_hub(hub)
-        ]
-        return bool(ours) and all(not s.running and s.finished_at is not None for s in ours)
+        )
 
     def _ask_about(self, user: Any, grant: Grant) -> None:
         """JupyterHub's own look at a server that Docker says exited, now: it stops the server
