@@ -53,5 +53,24 @@ def write_reference(app: object) -> None:
         target.write_text(text)
 
 
+LIMITS_TABLE_START = "(docs/conf.py): edit the table there, not here. -->\n"
+LIMITS_TABLE_END = "<!-- end of the generated limits table -->"
+
+
+def write_limits_table(app: object) -> None:
+    """configuration.md's limits table, generated from the table of limit keys itself
+    (`gpuspawner.core.limit_keys`), so that it cannot drift from the parser and the merges."""
+    from gpuspawner.core.limit_keys import markdown_table
+
+    page = __import__("pathlib").Path(__file__).with_name("configuration.md")
+    text = page.read_text()
+    before, rest = text.split(LIMITS_TABLE_START, 1)
+    after = rest.split(LIMITS_TABLE_END, 1)[1]
+    wanted = before + LIMITS_TABLE_START + markdown_table() + LIMITS_TABLE_END + after
+    if wanted != text:
+        page.write_text(wanted)
+
+
 def setup(app: object) -> None:
     app.connect("builder-inited", write_reference)  # type: ignore[attr-defined]
+    app.connect("builder-inited", write_limits_table)  # type: ignore[attr-defined]

@@ -22,6 +22,7 @@ from traitlets import (
     validate,
 )
 
+from ..core.limit_keys import help_lines
 from ..core.line import DEFAULT_RESERVE_AFTER
 from ..core.placement import PLACEMENT_POLICIES
 from ..devices.simulated import MACHINE
@@ -292,41 +293,21 @@ class GPUSettings(ParkingSettings, HasTraits):
     )
     group_limits = Dict(
         config=True,
-        help="""Limits per JupyterHub group: group name → dict of limits.
+        help="Limits per JupyterHub group: group name → dict of limits.\n\n"
+        "GPUs are counted in GPU-equivalents (a whole GPU 1, a MIG instance its share of its "
+        "GPU's compute slices, a shared GPU's slot 1/slots); GPU-hours count the "
+        "GPU-equivalents held (a 1/7 MIG instance held an hour is 1/7 GPU-hour). The keys "
+        '(docs/configuration.md, "Limits per group", has them as a table):\n\n'
+        + help_lines()
+        + """ Example::
 
-        Keys: `max_gpus_per_server`, `max_gpus_per_user`, `max_gpus_group` (all
-        members together), counted in GPU-equivalents (a whole GPU 1, a MIG
-        instance its share of its GPU's compute slices, a shared GPU's slot
-        1/slots), `profiles` (slugs the group may pick), `nodes` (the machines
-        its members' GPU servers may run on, such as ["gpu-old-1"]; a machine not
-        there now is no error; a profile's `nodes` apply too), the culling timeouts,
-        and for the waiting line `max_wait` (seconds a start may wait for GPUs;
-        0, the default, refuses at once), `priority` (higher goes first;
-        default 0) and `max_waiting_per_user` (how many of one user's starts may
-        wait at once, a whole number ≥ 1: each waiting start holds one of
-        JupyterHub's concurrent_spawn_limit slots, and one more that cannot begin
-        at once is refused; unset, the default, is 1 per GPU the user could still
-        take: their max_gpus_per_user, or the whole pool's GPUs where that is
-        unlimited, minus the GPU-equivalents they hold now, rounded up, and at
-        least 1), and GPU-hour budgets over the last 7 days (rolling):
-        `gpu_hours_per_week` (each member), `gpu_hours_per_week_group` (all
-        members together) and `stop_over_budget` (True: stop a running GPU
-        server once over; by default a budget only refuses new GPU starts, and
-        CPU-only profiles stay open). GPU-hours count GPU-equivalents held: a
-        1/7 MIG instance held an hour is 1/7 GPU-hour. A key left out takes its
-        value from `default_limits` (but `max_gpus_group` and
-        `gpu_hours_per_week_group` are a group's own), and messages then say
-        "from default_limits", not the group. A user in several groups
-        gets the most generous value of each (for `max_waiting_per_user`, a
-        group that leaves it unset gives the default above). Example::
-
-            c.GPUSpawner.group_limits = {
-                "students": {"max_gpus_per_user": 1, "max_gpus_group": 4,
-                             "gpu_hours_per_week": 40},
-                "researchers": {"max_gpus_per_user": 4, "max_wait": 1800,
-                                "max_waiting_per_user": 2},
-            }
-        """,
+    c.GPUSpawner.group_limits = {
+        "students": {"max_gpus_per_user": 1, "max_gpus_group": 4,
+                     "gpu_hours_per_week": 40},
+        "researchers": {"max_gpus_per_user": 4, "max_wait": 1800,
+                        "max_waiting_per_user": 2},
+    }
+""",
     )
     default_limits = Dict(
         config=True,

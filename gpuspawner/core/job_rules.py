@@ -11,15 +11,14 @@ and a person's start may make jobs give way if any of their groups allows it
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
-from .group_limits import Limits
-from .limits import Limited, LimitsTable
-from .words import DEFAULT_GROUP
+from .limit_keys import DEFAULT_MAX_PREEMPTIONS, DEFAULT_PREEMPT_GRACE
+from .limits import Limited, LimitsTable, listed_groups, merged
 
-DEFAULT_PREEMPT_GRACE = 120.0  # seconds from SIGTERM to SIGKILL when a job gives way
-DEFAULT_MAX_PREEMPTIONS = 3  # a job that gave way this often is left to run
+__all__ = ["DEFAULT_MAX_PREEMPTIONS", "DEFAULT_PREEMPT_GRACE", "JobRules", "job_rules"]
 
 
 @dataclass(frozen=True)
@@ -35,33 +34,20 @@ class JobRules:
 
 
 def job_rules(table: LimitsTable, groups: Iterable[str]) -> JobRules:
-    """One user's job rules, from the groups listed in `table` (else default_limits)."""
-    listed: Mapping[str, Limits] = {
-        g: table.groups[g] for g in sorted(set(groups)) if g in table.groups
-    }
-    if not listed:
-        listed = {DEFAULT_GROUP: table.default}
+    """One user's job rules, from the groups listed in `table` (else default_limits), each
+    key merged as its row of `limit_keys.KEYS` says; a limit names where it was written."""
+    listed = listed_groups(table, groups)
 
-    def most(key: str) -> Limited:
-        values = [(getattr(lim, key), name) for name, lim in listed.items()]
-        unlimited = [name for value, name in values if value is None]
-        return Limited(None, unlimited[0]) if unlimited else Limited(*max(values))
+    def value(key: str) -> Any:
+        return merged(listed, key).value
 
-    def highest(key: str, default: float) -> float:
-        return max(
-            (v for lim in listed.values() if (v := getattr(lim, key)) is not None), default=default
-        )
-
-    preemptions = [
-        lim.max_preemptions for lim in listed.values() if lim.max_preemptions is not None
-    ]
     return JobRules(
-        max_jobs=most("max_jobs"),
-        max_runtime=most("max_runtime"),
-        min_runtime=highest("min_runtime", 0.0),
-        preempt_grace=highest("preempt_grace", DEFAULT_PREEMPT_GRACE),
-        priority=int(highest("job_priority", 0)),
-        give_way=all(lim.jobs_give_way for lim in listed.values()),
-        preempts=any(lim.preempts_jobs for lim in listed.values()),
-        max_preemptions=min(preemptions, default=DEFAULT_MAX_PREEMPTIONS),
+        max_jobs=merged(listed, "max_jobs"),
+        max_runtime=merged(listed, "max_runtime"),
+        min_runtime=value("min_runtime"),
+        preempt_grace=value("preempt_grace"),
+        priority=int(value("job_priority")),
+        give_way=value("jobs_give_way"),
+        preempts=value("preempts_jobs"),
+        max_preemptions=value("max_preemptions"),
     )

@@ -26,7 +26,8 @@ from fractions import Fraction
 from typing import Any
 
 from .errors import LimitsConfigError
-from .group_limits import DURATION_KEYS, LINE_KEYS, Limits, check_retention, parse_limits
+from .group_limits import Limits, check_retention, parse_limits
+from .limit_keys import KEY, Concern, Merge, named
 from .pool import Usage
 from .profiles import Profile
 from .units import Request
@@ -231,21 +232,15 @@ class LimitsTable:
         An admin (unless `limit_admins`) may take any number of GPUs and any
         profile, with no budget; culling limits apply to admins as to everyone in their groups.
         """
-        listed = {g: self.groups[g] for g in sorted(set(groups)) if g in self.groups}
-        if not listed:
-            listed = {DEFAULT_GROUP: self.default}
+        listed = listed_groups(self, groups)
 
         def most_generous(key: str) -> Limited:
-            values = [(getattr(lim, key), _source(name, lim, key)) for name, lim in listed.items()]
-            unlimited = [name for value, name in values if value is None]
-            if unlimited:
-                return Limited(None, unlimited[0])
-            return Limited(*max(values))
+            return merged(listed, key)
 
-        durations = {key: most_generous(key) for key in DURATION_KEYS}
-        booking = _highest(listed, "max_booking", sourced=True)  # unset: may not book (0)
+        durations = {key: merged(listed, key) for key in (*CULLING, *CALENDAR)}
+        booking = durations["max_booking"]  # unset: may not book (0)
         durations["max_booking"] = booking if booking.value else Limited(None, None)
-        wait, priority = (_highest(listed, key, sourced=key == "max_wait") for key in LINE_KEYS)
+        wait, priority = merged(listed, "max_wait"), merged(listed, "priority")
         places = most_generous("max_waiting_per_user")
         if admin and not self.limit_admins:
             unlimited = Limited(None, "admin")
@@ -258,49 +253,70 @@ class LimitsTable:
                 priority=priority,
                 line_places=places,
             )
-        profiles, nodes = (_allowed(listed, key) for key in ("profiles", "nodes"))
-        group_hours = {n: lim.gpu_hours_per_week_group for n, lim in listed.items()}
+        group_hours = merged(listed, "gpu_hours_per_week_group").value
         budgets = Budgets(
             most_generous("gpu_hours_per_week"),
             {n: h for n, h in group_hours.items() if h is not None}
             if None not in group_hours.values()
             else {},
-            all(lim.stop_over_budget for lim in listed.values()),
+            merged(listed, "stop_over_budget").value,
         )
         return UserLimits(
             max_gpus_per_server=most_generous("max_gpus_per_server"),
             max_gpus_per_user=most_generous("max_gpus_per_user"),
-            profiles=profiles,
-            quotas={name: lim.max_gpus_group for name, lim in listed.items()},
+            profiles=merged(listed, "profiles"),
+            quotas=merged(listed, "max_gpus_group").value,
             durations=durations,
             max_wait=wait,
             priority=priority,
             line_places=places,
             budgets=budgets,
-            nodes=nodes,
+            nodes=merged(listed, "nodes"),
         )
 
 
-def _allowed(listed: Mapping[str, Limits], key: str) -> Limited:
-    """The `profiles` or `nodes` any of the user's groups allows: None (any) where one of
-    them lists none."""
-    if any(getattr(lim, key) is None for lim in listed.values()):
-        return Limited(None, None)
-    allowed = frozenset[str]().union(*(getattr(lim, key) for lim in listed.values()))
-    return Limited(allowed, ", ".join(listed))
+CULLING, CALENDAR = named(Concern.CULLING), named(Concern.CALENDAR)  # the durations
+
+
+def listed_groups(table: LimitsTable, groups: Iterable[str]) -> dict[str, Limits]:
+    """A user's groups that `table` lists, by name in name order; default_limits alone for a
+    user in none of them."""
+    listed = {g: table.groups[g] for g in sorted(set(groups)) if g in table.groups}
+    return listed or {DEFAULT_GROUP: table.default}
+
+
+def merged(listed: Mapping[str, Limits], key: str) -> Limited:
+    """One user's value of `key` from their groups' (`listed`, in name order), by the key's
+    merge rule (`limit_keys.KEYS`), with where it was written where that is said: in the
+    group's own entry, or, for a key it leaves out, in default_limits."""
+    rule, unset = KEY[key].merge, KEY[key].unset
+    values = [(getattr(limits, key), _source(name, limits, key)) for name, limits in listed.items()]
+    given = [value for value, _ in values if value is not None]
+    if rule is Merge.MOST:
+        unlimited = [where for value, where in values if value is None]
+        return Limited(None, unlimited[0]) if unlimited else Limited(*max(values))
+    if rule is Merge.HIGHEST:  # unset counts as `unset`; on a tie, the first group by name
+        counted = [
+            (unset if (v := getattr(lim, key)) is None else v, n) for n, lim in listed.items()
+        ]
+        value, name = max(counted, key=lambda pair: pair[0])
+        return Limited(value, _source(name, listed[name], key) if KEY[key].sourced else name)
+    if rule is Merge.HIGHEST_SET:
+        return Limited(max(given, default=unset), None)
+    if rule is Merge.LEAST_SET:
+        return Limited(min(given, default=unset), None)
+    if rule is Merge.UNION:
+        if len(given) < len(values):
+            return Limited(None, None)
+        return Limited(frozenset[str]().union(*given), ", ".join(listed))
+    if rule is Merge.ALL:
+        return Limited(all(given), None)
+    if rule is Merge.ANY:
+        return Limited(any(given), None)
+    return Limited({name: getattr(limits, key) for name, limits in listed.items()}, None)
 
 
 def _source(name: str, limits: Limits, key: str) -> str:
     """Where group `name`'s value of `key` was written: in its own entry, or, for a key it
     leaves out, in default_limits, which a message must name instead."""
     return DEFAULT_GROUP if key in limits.inherited else name
-
-
-def _highest(listed: Mapping[str, Limits], key: str, sourced: bool) -> Limited:
-    """The highest `max_wait` or `priority` of the user's groups (unset counts as 0), and its
-    group; on a tie, the first group by name (`listed` is in name order). `sourced`: where the
-    value was written (`_source`), else the group itself (a priority's is the group the user
-    waits as, in line and in the metrics, wherever its number was written)."""
-    values = [(getattr(lim, key) or 0, name) for name, lim in listed.items()]
-    value, group = max(values, key=lambda v: v[0])
-    return Limited(value, _source(group, listed[group], key) if sourced else group)

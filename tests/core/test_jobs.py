@@ -23,7 +23,7 @@ from gpuspawner.core.jobs import (
     parse_submission,
     step,
 )
-from gpuspawner.core.limits import LimitsTable
+from gpuspawner.core.limits import Limited, LimitsTable
 from gpuspawner.core.pool import Holder, Pool
 from gpuspawner.core.units import Request
 
@@ -338,3 +338,12 @@ def test_a_hint_is_given_only_where_the_numbers_say_so(gpus, cpu_busy, says):
     found = hints(gpus, cpu_busy)
     assert len(found) == len(says)
     assert all(text.startswith(start) for text, start in zip(found, says, strict=True))
+
+
+def test_max_jobs_a_group_leaves_to_default_limits_is_said_to_come_from_there():
+    """Issue 47: default_limits sets max_jobs and max_age, students sets neither. Both come
+    from default_limits (max_jobs was once said to be the group's own)."""
+    limits = table({"students": {}}, {"max_jobs": 2, "max_age": 3600})
+    rules = job_rules(limits, ["students"])
+    assert rules.max_jobs == Limited(2, "default_limits")
+    assert limits.for_user({"students"}).duration("max_age") == Limited(3600.0, "default_limits")

@@ -4,7 +4,9 @@ stopped by an admin."""
 
 import pytest
 
+from gpuspawner.core.job_rules import job_rules
 from gpuspawner.core.jobs import JobSpec
+from gpuspawner.core.limits import LimitsTable
 from gpuspawner.hub.jobs import words
 
 NOTEBOOK = JobSpec("gpu-1", notebook="train.ipynb")
@@ -47,3 +49,12 @@ def test_a_server_that_stopped_unannounced_is_not_blamed_on_an_admin_alone():
 def test_a_job_the_hub_could_not_start_says_why_and_that_it_holds_nothing(error, says):
     reason = words.not_started(error)
     assert says in reason and "it holds no GPU" in reason
+
+
+def test_a_submission_refused_for_max_jobs_from_default_limits_says_so():
+    """Issue 47: with default_limits = {"max_jobs": 2, "max_age": 3600} and a group students
+    that sets neither, the refusal once read "max_jobs of group students"."""
+    limits = LimitsTable.parse({"students": {}}, {"max_jobs": 2, "max_age": 3600}, [])
+    refusal = words.too_many(2, job_rules(limits, ["students"]).max_jobs)
+    assert "(max_jobs from default_limits)" in refusal
+    assert "students" not in refusal
