@@ -9,13 +9,16 @@ in host memory) until the person is done.
 The states and their transitions are data (as h11's `_state.py` keeps its
 own): `TRANSITIONS` says, for each state, what each event leads to; an event
 a state does not list changes nothing (a late report from a job already
-cancelled). No clock or I/O here.
+cancelled), and is counted (`IGNORED`, which the hub's metrics show) and logged, so
+that books out of step show. No clock or I/O here.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import posixpath
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -113,9 +116,20 @@ TRANSITIONS: Mapping[JobState, Mapping[Event, JobState]] = {
 }
 
 
+log = logging.getLogger("gpuspawner")
+# The events `step` ignored since the process began, by (state, event): a metric of the hub.
+IGNORED: Counter[tuple[JobState, Event]] = Counter()
+
+
 def step(state: JobState, event: Event) -> JobState | None:
-    """The state `event` leads to, or None where it changes nothing."""
-    return TRANSITIONS.get(state, {}).get(event)
+    """The state `event` leads to, or None where it changes nothing: counted and logged."""
+    moved = TRANSITIONS.get(state, {}).get(event)
+    if moved is None:
+        IGNORED[state, event] += 1
+        log.info(
+            "gpuspawner: a job that is %s ignores the event %r: nothing changes", state, event.value
+        )
+    return moved
 
 
 class InvalidJob(ValueError):

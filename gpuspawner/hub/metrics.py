@@ -17,10 +17,10 @@ from collections.abc import Iterator
 from fractions import Fraction
 
 from prometheus_client import REGISTRY
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from ..core.jobs import FINAL, JobState
+from ..core.jobs import FINAL, IGNORED, JobState
 from ..core.pool import DeviceState
 from ..core.units import Kind
 from ..core.words import NO_GROUP
@@ -208,6 +208,15 @@ class JobsCollector(Collector):
         yield GaugeMetricFamily(
             "gpuspawner_parked_bytes", "Host memory that parked GPU work holds now.", parked
         )
+        ignored = CounterMetricFamily(
+            "gpuspawner_job_events_ignored",
+            "Events a job's state did not move on (core.jobs.step), by state and event: a "
+            "late report of an ended job is expected; others mean the books were out of step.",
+            labels=["state", "event"],
+        )
+        for (state, event), count in sorted(IGNORED.items()):
+            ignored.add_metric([str(state), str(event)], count)
+        yield ignored
 
 
 class UsageCounters:

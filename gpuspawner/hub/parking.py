@@ -31,7 +31,10 @@ it again. `park_memory_limit` bounds each host's parked
 memory: on a swarm, each node's RAM holds its own.
 
 Driver calls block for seconds (they copy GPU memory), so they run in a worker thread of
-their own, one at a time. What is parked is remembered here, with the PIDs and bytes.
+their own, one at a time. What is parked is remembered here, with the PIDs and bytes; where
+each server's work is (resident, parking, parked, restoring, or waiting for its first turn)
+moves only through the core's table (`core.parking.after`): a move it does not allow is a
+bug, and raises `IllegalMove`, as h11's state machine does.
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ from typing import Any
 
 from ..config.parking import HostOf
 from ..core.grants import Grant
-from ..core.parking import TURN_QUANTUM
+from ..core.parking import TURN_QUANTUM, Residency, after
 from ..core.pool import NotParkable, StillLent
 from ..core.pool_view import DeviceState
 from ..core.words import gib
@@ -90,8 +93,10 @@ class Parker:
         self.turn_quantum = turn_quantum  # seconds: a person's turn on a GPU shared in turns
         self.executor = ThreadPoolExecutor(1, thread_name_prefix="gpuspawner-parking")
         self._seen: Observation | None = None
-        self._parked: dict[int, Parked] = {}  # by grant key
-        self._pending: dict[int, Parked] = {}  # work being parked now, by grant key
+        # Where each server's work is, by grant key, if not resident (moved by `_move` only),
+        # and the work it parks or parked (its PIDs, bytes and host).
+        self._where: dict[int, Residency] = {}
+        self._work: dict[int, Parked] = {}
         # Work restored since the monitor's last look, which saw it parked (no process):
         # what it is now is what it was, until the next look.
         self._restored: dict[int, Parked] = {}
@@ -108,21 +113,45 @@ class Parker:
         parked = self._parked_of(key)
         return parked.since if parked is not None else None
 
+    def residency(self, key: int) -> Residency:
+        """Where the server's work is. A server the books hold parked that parked nothing
+        here joined a GPU in turns, and waits for its first turn (nothing of it is on the
+        GPU, or in the driver)."""
+        where = self._where.get(key)
+        if where is not None:
+            return where
+        grant = self.broker.grant_of(key)
+        waits = grant is not None and grant.parked and grant.turns
+        return Residency.WAITING if waits else Residency.RESIDENT
+
+    def _move(self, key: int, event: str, work: Parked | None = None) -> None:
+        """The one way a server's work changes place: by the core's table (IllegalMove where
+        it has no such move); `work`: what it parks, where it starts to."""
+        now = after(self.residency(key), event)
+        if now is Residency.RESIDENT:
+            self._where.pop(key, None)
+            self._work.pop(key, None)
+            return
+        self._where[key] = now
+        if work is not None:
+            self._work[key] = work
+
     def _parked_of(self, key: int) -> Parked | None:
-        """What the server has parked. A server the books hold parked that parked nothing
-        here joined a GPU in turns, and waits for its first turn: nothing of it is on the
-        GPU, or in the driver."""
-        parked = self._parked.get(key)
-        grant = self.broker.grant_of(key) if parked is None else None
-        if grant is not None and grant.parked and grant.turns:
-            return Parked((), 0, grant.since, grant.node)
-        return parked
+        """What the server has parked (restoring: until it is back); one waiting for its
+        first turn in turns has parked nothing."""
+        where = self.residency(key)
+        if where in (Residency.PARKED, Residency.RESTORING):
+            return self._work[key]
+        if where is Residency.WAITING:
+            grant = self.broker.grant_of(key)
+            if grant is not None:
+                return Parked((), 0, grant.since, grant.node)
+        return None
 
     def parked_bytes(self, node: str | None = None) -> int:
         """Host memory parked work holds, and work being parked will (unknown: none): on
         `node`'s host, or (None) on every host."""
-        held = [*self._parked.values(), *self._pending.values()]
-        return sum(p.bytes or 0 for p in held if node is None or p.node == node)
+        return sum(p.bytes or 0 for p in self._work.values() if node is None or p.node == node)
 
     def why_not(self, grant: Grant, for_turn: bool = False) -> str:
         """Why the driver cannot park this server's work now; "" where it can. `for_turn`:
@@ -155,32 +184,34 @@ class Parker:
         person in turns); "" once done, else why it stays on its GPUs (running, as
         before)."""
         reason = self.why_not(grant, for_turn)
+        where = self.residency(grant.key)
+        if not reason and where is not Residency.RESIDENT:  # (the table has no such move)
+            reason = f"its work is {where.value}, not on its GPUs"
         if reason:
             return reason
         pids = self._pids_of(grant) or ()
         host = self.hosts(grant.node)
         pending = Parked(pids, self._bytes_of(grant), 0.0, grant.node)
-        self._pending[grant.key] = pending  # counted against park_memory_limit meanwhile
+        self._move(grant.key, "park", pending)  # counted against park_memory_limit meanwhile
         try:
             with PARK_SECONDS.time():
                 await self._call(host.park, pids, LOCK_TIMEOUT_MS)
-        except CheckpointError as error:
+        except (CheckpointError, HostUnreachable) as error:
             PARKS.labels("refused").inc()
-            return f"the driver refused: {error}"
-        except HostUnreachable as error:
-            PARKS.labels("refused").inc()
-            return str(error)
-        finally:
-            self._pending.pop(grant.key, None)
+            self._move(grant.key, "park refused")
+            return (
+                f"the driver refused: {error}" if isinstance(error, CheckpointError) else str(error)
+            )
         PARKS.labels("parked").inc()
         try:
             if self.broker.grant_of(grant.key) != grant:
                 raise NotParkable("it stopped, or stopped and started again")
             self.broker.parked(grant.key)
         except NotParkable as error:  # while the driver worked
+            self._move(grant.key, "park refused")
             await self._unpark_quietly(host, pids)
             return f"it changed meanwhile: {error}"
-        self._parked[grant.key] = replace(pending, since=self.broker.clock())
+        self._move(grant.key, "parked", replace(pending, since=self.broker.clock()))
         self.log.info(
             "gpuspawner: %s parked (%d GiB of GPU memory, processes %s)",
             grant.holder.name,
@@ -199,7 +230,7 @@ class Parker:
 
     def parking_now(self, key: int) -> bool:
         """Whether the driver is parking this server's work right now."""
-        return key in self._pending
+        return self.residency(key) is Residency.PARKING
 
     def waits_for(self, grant: Grant) -> str:
         """Why parked work cannot come back now ("" when it can): its GPUs are lent, or
@@ -233,11 +264,16 @@ class Parker:
         parked = self._parked_of(grant.key)
         if parked is None or (not unsure and self.waits_for(grant)):
             return False
+        first_turn = self.residency(grant.key) is Residency.WAITING  # nothing to restore
+        if first_turn:  # as the books have it (until they take it back, below): no move
+            self._where[grant.key] = Residency.WAITING
         if not unsure:
             try:
                 self.broker.take_back(grant.key)
             except (StillLent, KeyError):
                 return False
+            if not first_turn:
+                self._move(grant.key, "restore")
         try:
             if not unsure and await self._call(self._gone, grant, parked):
                 return self._back_without(grant)
@@ -255,7 +291,7 @@ class Parker:
         except CheckpointError as error:
             self.forget(grant.key)
             raise RestoreFailed(f"its GPU work could not be brought back: {error}") from None
-        self._parked.pop(grant.key, None)
+        self._move(grant.key, "start" if first_turn else "restored")
         self._unsure.discard(grant.key)
         self._restored[grant.key] = parked
         self.log.info("gpuspawner: %s restored on its GPUs", grant.holder.name)
@@ -328,12 +364,15 @@ class Parker:
         does not say: it comes back once no process runs on its GPUs."""
         for key, pids in parked.items():
             grant = self.broker.grant_of(key)
-            if grant is not None and grant.parked:
-                self._parked[key] = Parked(pids, None, self.broker.clock(), grant.node)
+            if grant is not None and grant.parked:  # where the driver says it is: no move
+                self._where[key] = Residency.PARKED
+                self._work[key] = Parked(pids, None, self.broker.clock(), grant.node)
 
     def forget(self, key: int) -> None:
-        """The server's container is gone: what it had parked went with it."""
-        self._parked.pop(key, None)
+        """The server's container is gone: what it had parked went with it (a holder that
+        leaves the GPU's books is in no residency: the core's table has no move for it)."""
+        self._where.pop(key, None)
+        self._work.pop(key, None)
         self._lost.pop(key, None)
         self._restored.pop(key, None)
         self._unsure.discard(key)

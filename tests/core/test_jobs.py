@@ -1,5 +1,6 @@
 """Jobs in the core: what a submission may be, how a job's state moves, who gives way."""
 
+import logging
 import re
 
 import pytest
@@ -12,6 +13,7 @@ from gpuspawner.core.job_hints import GPUUse, hints
 from gpuspawner.core.job_rules import DEFAULT_PREEMPT_GRACE, job_rules
 from gpuspawner.core.jobs import (
     FINAL,
+    IGNORED,
     MAX_SPEC_BYTES,
     TRANSITIONS,
     Event,
@@ -347,3 +349,15 @@ def test_max_jobs_a_group_leaves_to_default_limits_is_said_to_come_from_there():
     rules = job_rules(limits, ["students"])
     assert rules.max_jobs == Limited(2, "default_limits")
     assert limits.for_user({"students"}).duration("max_age") == Limited(3600.0, "default_limits")
+
+
+def test_an_event_a_state_does_not_list_changes_nothing_and_is_counted_and_logged(caplog):
+    """Issue 47: `step` once dropped such events without a word."""
+    before = IGNORED[JobState.CANCELLED, Event.FINISHED]
+    with caplog.at_level(logging.INFO, logger="gpuspawner"):
+        assert step(JobState.CANCELLED, Event.FINISHED) is None
+        assert step(JobState.RUNNING, Event.FINISHED) is JobState.DONE
+    assert IGNORED[JobState.CANCELLED, Event.FINISHED] == before + 1
+    assert caplog.messages == [
+        "gpuspawner: a job that is cancelled ignores the event 'finished': nothing changes"
+    ]

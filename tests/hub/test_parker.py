@@ -14,6 +14,7 @@ from gpuspawner.config.parking import checkpoint_hosts, memory_limit
 from gpuspawner.config.settings import GPUSettings
 from gpuspawner.core.errors import GPUConfigError
 from gpuspawner.core.gpus import Telemetry
+from gpuspawner.core.parking import IllegalMove, Residency
 from gpuspawner.core.pool import Holder
 from gpuspawner.core.units import Request
 from gpuspawner.devices.checkpoint import HostUnreachable, OnThisHost, ProcessState
@@ -326,3 +327,21 @@ def test_on_gpus_of_unknown_memory_parked_work_comes_back_once_they_run_nothing(
     assert parker.waits_for(parked) == f"processes run on its GPUs ({uuid})"
     parker.broker.note_telemetry({uuid: Telemetry(0.0, 0)})
     assert parker.waits_for(parked) == ""
+
+
+def test_parked_work_moves_through_the_cores_table_and_an_illegal_move_raises():
+    """Issue 47: the parker keeps no residency of its own; each move is the core's
+    (`core.parking.after`), and one the table does not allow raises, as h11's does."""
+    parker, grant = parker_seeing((5,))
+    driver_of(parker).start(5, _process(grant))
+    assert parker.residency(grant.key) is Residency.RESIDENT
+    assert asyncio.run(parker.park(grant)) == ""
+    assert parker.residency(grant.key) is Residency.PARKED
+    with pytest.raises(IllegalMove, match="'park' cannot happen to a holder that is parked"):
+        parker._move(grant.key, "park")
+    [uuid] = grant.uuids
+    parker.broker.note_telemetry({uuid: Telemetry(0.0, 0)})  # its GPU is free, with room
+    assert asyncio.run(parker.restore(parker.broker.grant_of(grant.key)))
+    assert parker.residency(grant.key) is Residency.RESIDENT
+    with pytest.raises(IllegalMove, match="'restored' cannot happen to a holder that is resident"):
+        parker._move(grant.key, "restored")
