@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 
 import docker
+from doubles import GoneEngine  # every container already gone (tests/doubles.py)
 from figures import machine, summary
 from realhub import Hub
 
@@ -55,16 +56,6 @@ c.JupyterHub.concurrent_spawn_limit = 0  # a waiting start is a pending spawn to
 c.DockerSpawner.start_timeout = 60
 c.JupyterHub.tornado_settings = {{"slow_spawn_timeout": 0.5}}  # 202 at once for a waiter
 """
-
-
-class GoneEngine:
-    """Docker, as far as the broker asks in this measurement: every container already gone."""
-
-    def containers(self) -> list:
-        return []
-
-    def remove_server(self, hub: str, spawner_id: int, container_ids=()) -> bool:
-        return True
 
 
 async def in_the_hub(waiters: int, handovers: int) -> list[float]:

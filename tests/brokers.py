@@ -3,7 +3,7 @@ with nothing running (`GoneEngine`, or the test's own), as `hub/startup.py` buil
 
 import logging
 
-from engines import GoneEngine
+from doubles import GoneEngine
 
 from gpuspawner.config.settings import GPUSettings
 from gpuspawner.config.site import GPUSite

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from ..devices import processes
 from ..devices.agent_host import PARK_PATH, PARKED_PATH, REFUSED, UNPARK_PATH, refusal_json
 from ..devices.checkpoint import CheckpointError, CheckpointHost, CudaDriver, OnThisHost
 from ..devices.simulated import SimulatedSource
@@ -42,7 +43,6 @@ from ..devices.simulated_checkpoint import SimulatedCheckpointDriver
 from ..devices.source import GPUSource
 from ..devices.swarm import SAMPLE_PATH, TOKEN_VARIABLE
 from ..devices.wire import telemetry_json
-from ..engine import processes
 
 MAX_BODY = 1 << 20  # bytes of a hub's request: PIDs and container names
 

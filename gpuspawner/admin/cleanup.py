@@ -25,7 +25,8 @@ from docker.errors import APIError, DockerException
 from docker.models.containers import Container
 from docker.models.images import Image
 
-from ..engine.docker import LABEL_SERVER, LABEL_USER, seen
+from ..engine.docker import seen
+from ..engine.labels import LABEL_SERVER, LABEL_USER
 from . import homes, hubconfig
 
 IMAGE_LABEL = "gpuspawner.image"  # set by the Dockerfiles in images/

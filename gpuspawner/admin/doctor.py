@@ -22,13 +22,13 @@ import jupyterhub
 from docker.errors import DockerException
 from requests.exceptions import RequestException
 
+from ..config.adapter import EngineAdapter
 from ..core.errors import GPUConfigError
-from ..devices.simulated import SimulatedSource
-from ..devices.source import GPUSource
+from ..core.nodes import Node
+from ..devices.source import GPUSource, NodeAgents
 from ..devices.swarm import SwarmSource
 from ..engine import shared_homes
-from ..engine.docker import bridge_gateway
-from ..engine.swarm import SwarmNode
+from ..engine.docker import api_client, bridge_gateway
 from . import dockerchecks, hubconfig, swarmchecks, toolkit
 from .checks import (
     Finding,
@@ -102,10 +102,11 @@ def examine(config_path: Path, simulate: int | None, simulated_load: str) -> lis
         )
     elif swarm_findings:
         findings.append(not_checked("GPUs", "the Swarm manager does not answer (see its line)"))
-    else:
-        source = hubconfig.gpu_source(site, simulate, simulated_load)
-        if isinstance(source, SimulatedSource):
-            findings += simulated_gpu_findings(source)
+    else:  # the config says which: simulated GPUs, or the driver's
+        simulated = hubconfig.simulated_source(site, simulate, simulated_load)
+        source = simulated or hubconfig.gpu_source(site, simulate, simulated_load)
+        if simulated is not None:
+            findings += simulated_gpu_findings(simulated)
         else:
             gpu_findings, driver_cuda = nvml_findings()
             findings += gpu_findings
@@ -128,16 +129,13 @@ def examine(config_path: Path, simulate: int | None, simulated_load: str) -> lis
     return [*findings, _hub_finding(client, site, probe_image)]
 
 
-def _swarm(spawner: Any) -> tuple[list[SwarmNode] | None, list[Finding]]:
+def _swarm(spawner: EngineAdapter) -> tuple[list[Node] | None, list[Finding]]:
     """The nodes, and a line per node, when the hub's servers run on a Swarm; (None, [])
     on one host, and (None, [its FAIL]) when the manager does not answer."""
-    make_engine = getattr(spawner, "make_engine", None)
-    if make_engine is None:  # a spawner from before engines were made by it: one host
-        return None, []
     try:
-        engine = make_engine()
+        engine = spawner.make_engine()
     except (DockerException, RequestException) as error:
-        if getattr(spawner, "runs_on_nodes", False):
+        if spawner.runs_on_nodes:
             return None, [swarmchecks.judge_swarm_unreachable(str(error))]
         return None, []  # one host's engine: the Docker line says whether Docker answers
     try:
@@ -151,14 +149,15 @@ def _swarm(spawner: Any) -> tuple[list[SwarmNode] | None, list[Finding]]:
         source = spawner.make_gpu_source(engine)
     except GPUConfigError:  # the config's own line says what is wrong
         return nodes, findings
-    if isinstance(source, SwarmSource) and source.agents.port:
-        findings += [_agent_finding(source, n) for n in nodes if n.ready and n.gpus]
-    if getattr(spawner, "shared_homes", ""):
-        findings += _shared_homes_findings(spawner, engine, nodes)
+    agents = source.on_nodes() if source is not None else None
+    if agents is not None and agents.agents.port:
+        findings += [_agent_finding(agents, n) for n in nodes if n.ready and n.gpus]
+    if spawner.shared_homes:
+        findings += _shared_homes_findings(spawner, nodes)
     return nodes, findings
 
 
-def _shared_homes_findings(spawner: Any, engine: Any, nodes: list[SwarmNode]) -> list[Finding]:
+def _shared_homes_findings(spawner: Any, nodes: list[Node]) -> list[Finding]:
     """A line per ready node: whether it mounts the hub's shared storage for homes, asked by
     a task on it (all nodes at once), as the hub asks them."""
     path, uid = spawner.shared_homes, spawner.notebook_uid
@@ -167,14 +166,15 @@ def _shared_homes_findings(spawner: Any, engine: Any, nodes: list[SwarmNode]) ->
     except GPUConfigError as error:
         return [failed("Shared homes", str(error), "mount the shared storage on this host too")]
     by_name = {n.hostname: n for n in nodes}
-    answers = shared_homes.ask(shared_homes.prober(engine.client, spawner.image, path, uid), nodes)
+    manager = api_client(spawner.client_kwargs, spawner.tls_config)  # as the hub's engine's
+    answers = shared_homes.ask(shared_homes.prober(manager, spawner.image, path, uid), nodes)
     return [
         swarmchecks.judge_shared_homes(by_name[name], path, uid, answer)
         for name, answer in answers.items()
     ]
 
 
-def _agent_finding(source: SwarmSource, node: SwarmNode) -> Finding:
+def _agent_finding(source: NodeAgents, node: Node) -> Finding:
     try:
         return swarmchecks.judge_agent(node, source.ask(node, node.gpus))
     except (OSError, ValueError) as error:

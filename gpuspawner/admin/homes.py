@@ -26,7 +26,7 @@ import docker
 from docker.errors import DockerException
 
 from ..core.words import iso_utc
-from ..engine.docker import LABEL_HUB
+from ..engine.labels import LABEL_HUB
 from ..engine.storage import LABEL_HOME
 from ..records.homes import HomeRecord
 from . import hubconfig, hubusers

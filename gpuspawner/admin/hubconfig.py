@@ -22,8 +22,12 @@ from jupyterhub.objects import Hub
 from traitlets.config import Config
 from traitlets.config.loader import ArgumentError, KVArgParseConfigLoader, PyFileConfigLoader
 
+from ..config.adapter import EngineAdapter
+from ..config.seams import missing
 from ..config.settings import GPUSettings
-from ..config.site import gpu_source as configured_source
+from ..config.site import simulated_source as configured_simulation
+from ..devices.nvml import NvmlSource
+from ..devices.simulated import SimulatedSource
 from ..devices.source import GPUSource
 
 DEFAULT_PATH = Path("jupyterhub_config.py")
@@ -146,12 +150,20 @@ def gpu_source(site: HubConfig | None, simulate: int | None, load_file: str = ""
 
     A simulated pool reads `load_file`, or else the config's `simulated_load_file`.
     """
+    simulated = simulated_source(site, simulate, load_file)
+    return NvmlSource() if simulated is None else simulated
+
+
+def simulated_source(
+    site: HubConfig | None, simulate: int | None, load_file: str = ""
+) -> SimulatedSource | None:
+    """The simulated GPUs `simulate` or else the config asks for; None: the driver's."""
     count = site.spawner.simulate_gpus if site else simulate or 0
     load_file = load_file or (site.spawner.simulated_load_file if site else "")
     host = site.spawner.simulated_host if site else None
     if site is None:
-        return configured_source(count, load_file, host)
-    return configured_source(count, load_file, host, site.spawner.simulated_machine)
+        return configured_simulation(count, load_file, host)
+    return configured_simulation(count, load_file, host, site.spawner.simulated_machine)
 
 
 def _command_line(arguments: Sequence[str]) -> Config:
@@ -178,6 +190,12 @@ def _spawner_class(config: Config, path: Path) -> type[Any]:
         raise ConfigError(
             f"{path}: the hub would use {spawner_class.__name__}, not GPUSpawner: "
             'set c.JupyterHub.spawner_class = "gpu"'
+        )
+    lacking = missing(spawner_class, EngineAdapter)
+    if lacking:
+        raise ConfigError(
+            f"{path}: {spawner_class.__name__} is no engine adapter (it lacks "
+            f"{', '.join(lacking)}): subclass GPUSpawner or SwarmGPUSpawner"
         )
     return spawner_class
 

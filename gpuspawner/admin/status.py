@@ -24,7 +24,6 @@ from typing import Any
 import docker
 from docker.errors import DockerException
 
-from ..config.parking import checkpoint_hosts
 from ..core.calendar import drained_now
 from ..core.errors import GPUConfigError
 from ..core.gpus import GPU, Telemetry
@@ -95,7 +94,7 @@ def main(args: argparse.Namespace) -> int:
     excluded = inventory.excluded
     everything = sorted([*inventory.gpus, *excluded], key=lambda g: (g.node, g.index))
     holdings = scan(seen, inventory, args.prefix)
-    if site is not None and getattr(site.spawner, "parking", False):
+    if site is not None and site.spawner.parking:
         holdings = parked(holdings, site.spawner.checkpoint_driver, source)
     samples = source.sample(inventory.machine(node=None))
     now = time.time()
@@ -139,7 +138,7 @@ def _where(
     """Where the servers run and the GPUs as the hub sees them: with its config's engine (a
     swarm's, for SwarmGPUSpawner), simulation, exclusions, shared GPUs and the containers it
     looks past (`ignore_gpu_containers`), if it has one."""
-    if site is None or not hasattr(site.spawner, "make_engine"):
+    if site is None:
         engine: Engine = DockerEngine(docker.from_env().api)
         return engine, hubconfig.gpu_source(site, simulate, simulated_load), [], {}, ()
     spawner = site.spawner
@@ -183,7 +182,7 @@ def parked(holdings: Holdings, setting: str, source: GPUSource) -> Holdings:
     marked parked; nothing is changed. Where a driver cannot be asked (on a swarm, a node's
     whose agent does not answer), its servers are not marked and `unparked` says why."""
     try:
-        hosts = checkpoint_hosts(setting, source)
+        hosts = source.checkpoint_hosts(setting)
     except GPUConfigError as error:
         return replace(holdings, unparked=str(error))
     held: set[str] = set()

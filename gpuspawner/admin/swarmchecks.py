@@ -15,9 +15,9 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from ..devices.swarm import AgentAnswer
+from ..core.nodes import Node
+from ..devices.wire import AgentAnswer
 from ..engine.shared_homes import NOT_WRITABLE, why_not_shared
-from ..engine.swarm import SwarmNode
 from .checks import Finding, Status, failed, passed, warning
 
 DockerVersion = tuple[int, int, int]
@@ -36,11 +36,11 @@ def docker_version(text: str) -> DockerVersion | None:
     return int(found[1]), int(found[2]), int(found[3] or 0)
 
 
-def judge_nodes(nodes: Sequence[SwarmNode]) -> list[Finding]:
+def judge_nodes(nodes: Sequence[Node]) -> list[Finding]:
     return [judge_node(node) for node in nodes]
 
 
-def judge_node(node: SwarmNode) -> Finding:
+def judge_node(node: Node) -> Finding:
     """The node's worst problem sets its status; the line names every one, each with its fix."""
     name = node.hostname or node.id
     problems: list[tuple[Status, str, str]] = []
@@ -115,7 +115,7 @@ def judge_node(node: SwarmNode) -> Finding:
     )
 
 
-def _facts(node: SwarmNode) -> str:
+def _facts(node: Node) -> str:
     """ "ready, active, Docker 24.0.7, 2 GPUs advertised (GPU-…, GPU-…), manager"."""
     gpus = len(node.gpus)
     advertised = (
@@ -140,7 +140,7 @@ def _unseen_settings(name: str) -> str:
     )
 
 
-def judge_agent(node: SwarmNode, answer: AgentAnswer | None, error: str = "") -> Finding:
+def judge_agent(node: Node, answer: AgentAnswer | None, error: str = "") -> Finding:
     """Whether the node's agent (`gpuspawner agent`) answers the hub with its GPUs."""
     subject = f"Agent on {node.hostname}"
     if answer is None:
@@ -163,7 +163,7 @@ def judge_agent(node: SwarmNode, answer: AgentAnswer | None, error: str = "") ->
     return passed(subject, f"{said}, all healthy")
 
 
-def judge_shared_homes(node: SwarmNode, path: str, uid: int, answer: int | str) -> Finding:
+def judge_shared_homes(node: Node, path: str, uid: int, answer: int | str) -> Finding:
     """Whether the node mounts the hub's shared storage for homes (`shared_homes.probe_node`
     found the hub's marker there, and wrote as the notebook user)."""
     subject = f"Shared homes on {node.hostname}"

@@ -1,14 +1,14 @@
 """The parking settings, as a mixin of GPUSettings: whether jobs give way by parking their GPU
 work in host memory (the CUDA driver's checkpoint API), with which driver, within how much
-host memory. Checked at hub start (`checkpoint_hosts`, `memory_limit`), which also give
-`gpuspawner status` the driver's word on a container's processes: on one host, this host's
-driver; on a swarm, each node's, through its agent."""
+host memory. Checked at hub start: `memory_limit` here, and where the driver's calls are
+made by the GPU source itself (`GPUSource.checkpoint_hosts`: on one host, this host's
+driver; on a swarm, each node's, through its agent), which also gives `gpuspawner status`
+the driver's word on a container's processes."""
 
 from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable
 from typing import Any
 
 from traitlets import Bool, Enum, Float, HasTraits, TraitError, Unicode, validate
@@ -16,22 +16,8 @@ from traitlets import Bool, Enum, Float, HasTraits, TraitError, Unicode, validat
 from ..core.errors import GPUConfigError
 from ..core.parking import TURN_QUANTUM
 from ..core.units import parse_memory
-from ..devices.agent_host import AgentHost
-from ..devices.checkpoint import (
-    CheckpointDriver,
-    CheckpointError,
-    CheckpointHost,
-    ContainerPids,
-    CudaDriver,
-    OnThisHost,
-)
-from ..devices.simulated import SimulatedSource
-from ..devices.simulated_checkpoint import SimulatedCheckpointDriver
-from ..devices.swarm import SwarmSource
-from ..engine import processes
 
 DRIVERS = ("auto", "cuda", "simulated")
-HostOf = Callable[[str], CheckpointHost]  # where a node's driver calls are made ("": one host)
 
 
 class ParkingSettings(HasTraits):
@@ -103,53 +89,6 @@ class ParkingSettings(HasTraits):
         return float(value)
 
 
-def checkpoint_hosts(setting: str, source: Any) -> HostOf:
-    """Where each node's driver calls are made: on one host, here, by the driver
-    c.GPUSpawner.checkpoint_driver names; on a swarm, by each node's agent. GPUConfigError
-    where that cannot be, in one line that says what to fix."""
-    if isinstance(source, SwarmSource):
-        return _agents(source)
-    here = OnThisHost(checkpoint_driver(setting, source), container_pids(source))
-    return lambda node: here
-
-
-def _agents(source: SwarmSource) -> HostOf:
-    if not (source.agents.port and source.agents.token):
-        raise GPUConfigError(
-            "c.GPUSpawner.parking on a swarm: each node's agent parks its containers' work, "
-            "and only for a hub with its token: set c.SwarmGPUSpawner.agent_port and "
-            "agent_token (docs/swarm.md)"
-        )
-    hosts: dict[str, AgentHost] = {}
-
-    def host_of(node: str) -> CheckpointHost:
-        if node not in hosts:
-            hosts[node] = AgentHost(node, lambda: source.address_of(node), source.agents)
-        return hosts[node]
-
-    return host_of
-
-
-def checkpoint_driver(setting: str, source: Any) -> CheckpointDriver:
-    """The driver c.GPUSpawner.checkpoint_driver names, on this host."""
-    simulated = isinstance(source, SimulatedSource)
-    if setting == "simulated" or (setting == "auto" and simulated):
-        if not simulated:
-            raise GPUConfigError(
-                "c.GPUSpawner.checkpoint_driver = 'simulated' parks simulated GPUs' work "
-                "only: set simulate_gpus or simulated_host, or checkpoint_driver = 'cuda'"
-            )
-        kept = f"{source.load_file}.checkpoints" if source.load_file else ""
-        return SimulatedCheckpointDriver(host=source, state_file=kept)
-    try:
-        return CudaDriver()
-    except CheckpointError as error:
-        raise GPUConfigError(
-            f"c.GPUSpawner.parking needs the NVIDIA driver's checkpoint API (driver 550 or "
-            f"later) on the hub's host: {error}"
-        ) from None
-
-
 def memory_limit(setting: str, on_swarm: bool = False) -> int:
     """c.GPUSpawner.park_memory_limit in bytes (each node's, on a swarm); "" for a quarter of
     this host's memory, on one host."""
@@ -161,10 +100,3 @@ def memory_limit(setting: str, on_swarm: bool = False) -> int:
             )
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 4
     return parse_memory(setting, "c.GPUSpawner.park_memory_limit", GPUConfigError)
-
-
-def container_pids(source: Any) -> ContainerPids:
-    """Which processes a container runs: the host's /proc; for simulated GPUs, the load
-    file's."""
-    pids: ContainerPids = getattr(source, "container_pids", processes.container_pids)
-    return pids

@@ -111,19 +111,32 @@ def gpu_source(
     simulated_machine: str = MACHINE,
 ) -> GPUSource:
     """Simulated GPUs where the config asks for them, else the driver's, through NVML."""
+    simulated = simulated_source(
+        simulate_gpus, simulated_load_file, simulated_host, simulated_machine
+    )
+    return NvmlSource() if simulated is None else simulated
+
+
+def simulated_source(
+    simulate_gpus: int,
+    simulated_load_file: str = "",
+    simulated_host: list[Any] | str | None = None,
+    simulated_machine: str = MACHINE,
+) -> SimulatedSource | None:
+    """The simulated GPUs the config asks for; None where it asks for none."""
     if simulate_gpus and simulated_host:
         raise InventoryConfigError(
             "c.GPUSpawner.simulate_gpus and c.GPUSpawner.simulated_host both describe the "
             "simulated GPUs: set only one"
         )
-    if simulate_gpus or simulated_host:
-        return SimulatedSource(
-            simulate_gpus,
-            seed=simulated_machine,
-            load_file=simulated_load_file,
-            host=simulated_host or (),
-        )
-    return NvmlSource()
+    if not (simulate_gpus or simulated_host):
+        return None
+    return SimulatedSource(
+        simulate_gpus,
+        seed=simulated_machine,
+        load_file=simulated_load_file,
+        host=simulated_host or (),
+    )
 
 
 def check_container_settings(spawner: Any, group_overrides: Any) -> None:

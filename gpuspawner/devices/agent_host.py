@@ -17,18 +17,31 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from http.client import HTTPException
 from typing import Any
 from urllib.error import HTTPError
-from urllib.request import Request
+from urllib.request import ProxyHandler, Request, build_opener
 
 from .checkpoint import CheckpointError, HostUnreachable
-from .swarm import DIRECT, AgentAccess
 
 PARK_PATH, UNPARK_PATH, PARKED_PATH = "/v1/park", "/v1/unpark", "/v1/parked"
 REFUSED = 409  # the HTTP status of the driver's refusal: its CUresult is in the body
 CALL_TIMEOUT = 300.0  # seconds: a park waits for queued GPU work, then copies GiBs
 READ_BACK_TIMEOUTS = 5  # a read-back's time, in the agents' sample timeouts
+DIRECT = build_opener(ProxyHandler({}))  # to the nodes, never through the hub's HTTP proxy
+
+
+@dataclass(frozen=True)
+class AgentAccess:
+    """Where each node's agent listens, and the token it wants."""
+
+    port: int = 0  # 0: no agents
+    token: str = ""
+    timeout: float = 2.0
+
+
+NO_AGENTS = AgentAccess()
 
 
 class AgentHost:

@@ -21,6 +21,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from enum import Enum
 from typing import Any, Protocol
 
+from ..core.errors import GPUConfigError
+
 
 class ProcessState(Enum):
     """CUprocessState, as the driver numbers it."""
@@ -96,6 +98,9 @@ class CheckpointHost(Protocol):
         its names and ids). `settle`: a process left locked (a park or restore a previous
         hub did not finish) is on its GPU, and is unlocked to run on."""
         ...
+
+
+HostOf = Callable[[str], CheckpointHost]  # where a node's driver calls are made ("": one host)
 
 
 class HostUnreachable(Exception):
@@ -216,3 +221,21 @@ def states(driver: CheckpointDriver, pids: Iterable[int]) -> dict[int, ProcessSt
         except CheckpointError:
             continue  # not a CUDA process
     return found
+
+
+def cuda_driver() -> CudaDriver:
+    """The NVIDIA driver's checkpoint API on this host; GPUConfigError in one line where it
+    is not there (no libcuda, or a driver before 550)."""
+    try:
+        return CudaDriver()
+    except CheckpointError as error:
+        raise GPUConfigError(
+            f"c.GPUSpawner.parking needs the NVIDIA driver's checkpoint API (driver 550 or "
+            f"later) on the hub's host: {error}"
+        ) from None
+
+
+def on_this_host(driver: CheckpointDriver, container_pids: ContainerPids) -> HostOf:
+    """Every driver call made here, whatever the node (one host's are all "")."""
+    here = OnThisHost(driver, container_pids)
+    return lambda node: here

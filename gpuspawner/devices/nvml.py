@@ -10,15 +10,22 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import pynvml
 
-from ..core.errors import NoGPUSourceError
+from ..core.errors import GPUConfigError, NoGPUSourceError
 from ..core.gpus import GPU, MigInstance, Telemetry
 from ..core.placement import Topology
 from ..core.units import mig_profile_name
+from . import processes
+from .checkpoint import HostOf, cuda_driver, on_this_host
+
+SIMULATED_ONLY = (
+    "c.GPUSpawner.checkpoint_driver = 'simulated' parks simulated GPUs' work only: set "
+    "simulate_gpus or simulated_host, or checkpoint_driver = 'cuda'"
+)
 
 log = logging.getLogger("gpuspawner")
 
@@ -209,6 +216,25 @@ class NvmlSource:
                 break  # no such link (or no NVLink at all): the rest are missing too
             peers.append(_text(remote.busId).lower())
         return peers
+
+    # --- its abilities on the seam (`source.GPUSource`) -----------------------------------
+    def process_owners(self, pids: Iterable[int]) -> dict[int, str]:
+        """The container of each GPU process: this host's /proc says."""
+        return processes.owners(pids)
+
+    def container_pids(self, containers: Mapping[str, Iterable[str]]) -> dict[str, list[int]]:
+        return processes.container_pids(containers)
+
+    def checkpoint_hosts(self, driver: str) -> HostOf:
+        """The NVIDIA driver's checkpoint API, here ("auto" or "cuda"); GPUConfigError for
+        the stand-in, which parks simulated GPUs' work only, or without the API."""
+        if driver == "simulated":
+            raise GPUConfigError(SIMULATED_ONLY)
+        return on_this_host(cuda_driver(), self.container_pids)
+
+    def on_nodes(self) -> None:
+        """This host's GPUs: no nodes."""
+        return None
 
     def list_gpus(self) -> list[GPU]:
         try:

@@ -13,7 +13,7 @@ import contextlib
 import hashlib
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -21,23 +21,13 @@ from ..core.errors import InventoryConfigError
 from ..core.gpus import GPU, MigInstance, Telemetry
 from ..core.placement import Topology
 from ..core.units import MIG_PROFILE, parse_memory
+from .checkpoint import HostOf, cuda_driver, on_this_host
+from .simulated_checkpoint import Listed, SimulatedCheckpointDriver
 
 HOST_KEYS = ("model", "memory", "count", "mig", "mig_slices")
 FIRST_SIMULATED_PID = 4_000_000  # above Linux's largest PID: never a real process
 SIMULATED_PIDS = 1_000_000  # a container's simulated PID is among so many, by its name
 MACHINE = "gpuspawner"  # the simulated machine's name, unless c.GPUSpawner.simulated_machine
-
-
-@dataclass(frozen=True)
-class Listed:
-    """A process of the load file, as a CUDA process: on which GPU or MIG instance, with
-    how much memory, and which checkpoint calls the driver refuses it, with which CUresult
-    (`"refuse": {"restore": "CUDA_ERROR_UNKNOWN"}`)."""
-
-    device: str
-    memory_bytes: int
-    on_mig: bool = False
-    refuse: Mapping[str, str] = field(default_factory=dict)
 
 
 class SimulatedSource:
@@ -277,6 +267,20 @@ class SimulatedSource:
     def process_owners(self, pids: Iterable[int]) -> dict[int, str]:
         """The container (name or id) of each simulated process, as the load file names it."""
         return {pid: self._owners[pid] for pid in pids if pid in self._owners}
+
+    def checkpoint_hosts(self, driver: str) -> HostOf:
+        """Driver calls here: the stand-in ("auto" or "simulated"), whose states outlive the
+        hub beside the load file; or the NVIDIA driver ("cuda") on the load file's PIDs."""
+        if driver == "cuda":
+            return on_this_host(cuda_driver(), self.container_pids)
+        kept = f"{self.load_file}.checkpoints" if self.load_file else ""
+        return on_this_host(
+            SimulatedCheckpointDriver(host=self, state_file=kept), self.container_pids
+        )
+
+    def on_nodes(self) -> None:
+        """One simulated host: no nodes."""
+        return None
 
     def _loads(self) -> dict[str, Any]:
         if not self.load_file:

@@ -15,11 +15,12 @@ action (on one process, or on any) fail, as a driver may for reasons of its own.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from .checkpoint import CODES, CheckpointError, ProcessState
-from .simulated import SimulatedSource
 
 NEXT = {  # action → (the state it needs, the state it leaves)
     "lock": (ProcessState.RUNNING, ProcessState.LOCKED),
@@ -27,6 +28,28 @@ NEXT = {  # action → (the state it needs, the state it leaves)
     "restore": (ProcessState.CHECKPOINTED, ProcessState.LOCKED),
     "unlock": (ProcessState.LOCKED, ProcessState.RUNNING),
 }
+
+
+@dataclass(frozen=True)
+class Listed:
+    """A process of the load file, as a CUDA process: on which GPU or MIG instance, with
+    how much memory, and which checkpoint calls the driver refuses it, with which CUresult
+    (`"refuse": {"restore": "CUDA_ERROR_UNKNOWN"}`)."""
+
+    device: str
+    memory_bytes: int
+    on_mig: bool = False
+    refuse: Mapping[str, str] = field(default_factory=dict)
+
+
+class SimulatedHost(Protocol):
+    """The simulated GPUs whose processes the double parks (`devices.simulated`)."""
+
+    parked: Callable[[], Mapping[int, int]]  # the double tells it what is off its GPUs
+
+    def memory_free(self, uuid: str) -> int: ...
+
+    def cuda_process(self, pid: int) -> Listed | None: ...
 
 
 @dataclass
@@ -49,7 +72,7 @@ class SimulatedCheckpointDriver:
     def __init__(
         self,
         gpu_memory_bytes: int = 80 * 2**30,
-        host: SimulatedSource | None = None,
+        host: SimulatedHost | None = None,
         state_file: str = "",
     ) -> None:
         """`state_file`: where the processes' states are kept across hub restarts, as the

@@ -1,4 +1,11 @@
-"""The interface every GPU source offers, and the inventory the pool is built from."""
+"""The interface every GPU source offers, and the inventory the pool is built from.
+
+A source's abilities beyond the inventory are stated on the seam too, so that the hub and
+the admin tools ask the source instead of asking which source it is: who runs each GPU
+process, the processes of each container, where the checkpoint driver's calls are made,
+and whether its GPUs are on several machines (a swarm's nodes, each with an agent).
+NVML, the simulated GPUs and a swarm's nodes each answer all of them
+(tests/architecture/conformance.py holds every source and test double to it)."""
 
 from __future__ import annotations
 
@@ -10,9 +17,13 @@ from typing import Any, Protocol
 
 from ..core.errors import InventoryConfigError
 from ..core.gpus import GPU, Telemetry
+from ..core.nodes import Node
 from ..core.placement import Topology
 from ..core.reach import Reach
 from ..core.units import Sharing, Unit, all_units, parse_shared
+from .agent_host import AgentAccess
+from .checkpoint import HostOf
+from .wire import AgentAnswer
 
 log = logging.getLogger("gpuspawner")
 
@@ -33,6 +44,36 @@ class GPUSource(Protocol):
     def topology(self, gpus: Sequence[GPU]) -> Topology: ...
 
     def sample(self, uuids: Sequence[str]) -> dict[str, Telemetry]: ...
+
+    def process_owners(self, pids: Iterable[int]) -> dict[int, str]:
+        """The container (id or name) running each of these GPU processes, where it knows."""
+        ...
+
+    def container_pids(self, containers: Mapping[str, Iterable[str]]) -> dict[str, list[int]]:
+        """The PIDs each container runs on the hub's host (by a key, from its names and
+        ids): what the checkpoint driver parks here."""
+        ...
+
+    def checkpoint_hosts(self, driver: str) -> HostOf:
+        """Where parked work's driver calls are made, by node, with the driver
+        `c.GPUSpawner.checkpoint_driver` names ("auto", "cuda" or "simulated");
+        GPUConfigError in one line where that cannot be."""
+        ...
+
+    def on_nodes(self) -> NodeAgents | None:
+        """Where its GPUs are on several machines, each with an agent (a swarm's nodes):
+        those agents, to ask; None where the GPUs are this host's."""
+        ...
+
+
+class NodeAgents(Protocol):
+    """The agents of a source whose GPUs are on several machines (`devices.swarm`)."""
+
+    agents: AgentAccess
+
+    def ask(self, node: Node, uuids: Sequence[str]) -> AgentAnswer:
+        """One node's agent's answer (blocking); OSError or ValueError where it has none."""
+        ...
 
 
 @dataclass(frozen=True)

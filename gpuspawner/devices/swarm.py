@@ -25,56 +25,28 @@ import json
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from http.client import HTTPException
-from typing import Any, Protocol
 from urllib.parse import urlencode
-from urllib.request import ProxyHandler, Request, build_opener
+from urllib.request import Request
 
-from ..core.errors import InventoryConfigError
+from ..core.errors import GPUConfigError, InventoryConfigError
 from ..core.gpus import GPU, Telemetry
+from ..core.nodes import Node
 from ..core.placement import Topology
 from ..core.units import parse_memory
-from .wire import telemetry_of
+from .agent_host import DIRECT, NO_AGENTS, AgentAccess, AgentHost
+from .checkpoint import CheckpointHost, HostOf
+from .wire import AgentAnswer
 
 SAMPLE_PATH = "/v1/sample"  # the agent's (admin/agent.py)
 TOKEN_VARIABLE = "GPUSPAWNER_AGENT_TOKEN"  # the agent's token, in its environment
 MAX_ASKED_AT_ONCE = 32  # nodes whose agents are asked in parallel, each tick
-DIRECT = build_opener(ProxyHandler({}))  # to the nodes, never through the hub's HTTP proxy
 
 MODEL_LABEL = "gpuspawner.gpu-model"
 MEMORY_LABEL = "gpuspawner.gpu-memory"
 UNKNOWN_MODEL = "NVIDIA GPU"
 
 log = logging.getLogger("gpuspawner")
-
-
-class AdvertisingNode(Protocol):
-    """A node as the manager reports it (engine.swarm.SwarmNode)."""
-
-    @property
-    def hostname(self) -> str: ...
-
-    @property
-    def gpus(self) -> tuple[str, ...]: ...
-
-    @property
-    def labels(self) -> Mapping[str, str]: ...
-
-    @property
-    def address(self) -> str: ...
-
-    @property
-    def ready(self) -> bool: ...
-
-
-@dataclass(frozen=True)
-class AgentAccess:
-    """Where each node's agent listens, and the token it wants."""
-
-    port: int = 0  # 0: no agents
-    token: str = ""
-    timeout: float = 2.0
 
 
 class SwarmSource:
@@ -85,7 +57,7 @@ class SwarmSource:
     names_only = False  # the nodes' GPUs are real ones (see NvmlSource)
 
     def __init__(
-        self, nodes: Callable[[], Iterable[AdvertisingNode]], agents: AgentAccess = AgentAccess()
+        self, nodes: Callable[[], Iterable[Node]], agents: AgentAccess = NO_AGENTS
     ) -> None:
         self.nodes = nodes  # blocking: asks the manager
         self.agents = agents
@@ -134,7 +106,7 @@ class SwarmSource:
         self._owners = {pid: owner for pid, owner in owners.items() if owner}
         return samples
 
-    def _answer(self, node: AdvertisingNode, uuids: Sequence[str]) -> AgentAnswer | None:
+    def _answer(self, node: Node, uuids: Sequence[str]) -> AgentAnswer | None:
         try:
             answer = self.ask(node, uuids)
         except (OSError, ValueError, HTTPException) as error:
@@ -151,11 +123,39 @@ class SwarmSource:
                 return node.address
         raise OSError(f"the manager lists no node {hostname}")
 
+    # --- its abilities on the seam (`source.GPUSource`) -----------------------------------
     def process_owners(self, pids: Iterable[int]) -> dict[int, str]:
         """The container of each GPU process, as the last sample's agents said."""
         return {pid: self._owners[pid] for pid in pids if pid in self._owners}
 
-    def ask(self, node: AdvertisingNode, uuids: Sequence[str]) -> AgentAnswer:
+    def container_pids(self, containers: Mapping[str, Iterable[str]]) -> dict[str, list[int]]:
+        """None here: the hub's host runs none of the nodes' containers (each node's agent
+        finds its own)."""
+        return {key: [] for key in containers}
+
+    def checkpoint_hosts(self, driver: str) -> HostOf:
+        """Each node's driver calls, made by its agent (with its node's own driver, whatever
+        `driver` says); GPUConfigError without the agents' port and token."""
+        if not (self.agents.port and self.agents.token):
+            raise GPUConfigError(
+                "c.GPUSpawner.parking on a swarm: each node's agent parks its containers' "
+                "work, and only for a hub with its token: set c.SwarmGPUSpawner.agent_port "
+                "and agent_token (docs/swarm.md)"
+            )
+        hosts: dict[str, AgentHost] = {}
+
+        def host_of(node: str) -> CheckpointHost:
+            if node not in hosts:
+                hosts[node] = AgentHost(node, lambda: self.address_of(node), self.agents)
+            return hosts[node]
+
+        return host_of
+
+    def on_nodes(self) -> SwarmSource:
+        """Its GPUs are on the swarm's nodes, each with an agent to ask."""
+        return self
+
+    def ask(self, node: Node, uuids: Sequence[str]) -> AgentAnswer:
         """One node's agent's answer (blocking, `agents.timeout` at most); OSError when it
         does not answer, ValueError when what answers is not an agent."""
         query = urlencode([("uuid", u) for u in uuids])
@@ -182,28 +182,7 @@ class SwarmSource:
             self._silent[node] = why
 
 
-@dataclass(frozen=True)
-class AgentAnswer:
-    samples: dict[str, Telemetry]
-    owners: dict[int, str]
-
-    @classmethod
-    def read(cls, raw: Any) -> AgentAnswer:
-        """ValueError for anything but an agent's answer."""
-        if not isinstance(raw, Mapping) or not isinstance(raw.get("gpus"), Mapping):
-            raise ValueError("the answer is not a gpuspawner agent's")
-        owners = raw.get("owners") or {}
-        if not isinstance(owners, Mapping) or not all(
-            str(p).isdigit() and isinstance(o, str) for p, o in owners.items()
-        ):
-            raise ValueError("the agent's owners must map PIDs to containers")
-        return cls(
-            {str(uuid): telemetry_of(sample) for uuid, sample in raw["gpus"].items()},
-            {int(pid): owner for pid, owner in owners.items()},
-        )
-
-
-def _described(node: AdvertisingNode) -> tuple[str, int]:
+def _described(node: Node) -> tuple[str, int]:
     labels = node.labels
     where = f"node {node.hostname}'s label {MEMORY_LABEL}"
     memory = parse_memory(labels.get(MEMORY_LABEL, 0), where, InventoryConfigError)

@@ -8,7 +8,7 @@ read as idle GPUs.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from ..core.gpus import Telemetry
@@ -62,3 +62,24 @@ def _is_int(value: Any) -> bool:
 
 def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+@dataclass(frozen=True)
+class AgentAnswer:
+    samples: dict[str, Telemetry]
+    owners: dict[int, str]
+
+    @classmethod
+    def read(cls, raw: Any) -> AgentAnswer:
+        """ValueError for anything but an agent's answer."""
+        if not isinstance(raw, Mapping) or not isinstance(raw.get("gpus"), Mapping):
+            raise ValueError("the answer is not a gpuspawner agent's")
+        owners = raw.get("owners") or {}
+        if not isinstance(owners, Mapping) or not all(
+            str(p).isdigit() and isinstance(o, str) for p, o in owners.items()
+        ):
+            raise ValueError("the agent's owners must map PIDs to containers")
+        return cls(
+            {str(uuid): telemetry_of(sample) for uuid, sample in raw["gpus"].items()},
+            {int(pid): owner for pid, owner in owners.items()},
+        )

@@ -11,13 +11,11 @@ from __future__ import annotations
 import fnmatch
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
+from ..core.nodes import Node
 from ..core.reach import Reach
 from ..core.units import Unit
-
-if TYPE_CHECKING:
-    from .swarm import SwarmNode
 
 
 @dataclass(frozen=True)
@@ -132,7 +130,7 @@ class Engine(Protocol):
         a node that is down, or that an admin drained; {} on one host."""
         ...
 
-    def cluster_nodes(self) -> list[SwarmNode] | None:
+    def cluster_nodes(self) -> list[Node] | None:
         """The nodes of an engine that spans several machines (a swarm); None on one host."""
         ...
 

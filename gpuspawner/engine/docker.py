@@ -6,12 +6,9 @@ server none. `DockerEngine` reads containers back for the broker, because
 Docker is the ground truth: which servers run, and which GPUs every running
 container can reach, however it asked for them.
 
-The labels are the durable record of who holds what. They travel with the
-container, so they are right after a hub crash, a hub restart or a database
-restore, and a container and its record can never part; the hub's database
-only says which servers it believes run. `gpuspawner.units` names each unit
-held (a MIG instance, a shared GPU's slot): the device request says which
-GPU a container reaches, never which of a shared GPU's slots it holds.
+The labels (`engine.labels`, their schema, which needs no Docker) are the durable record
+of who holds what, with the device requests: the device request says which GPU a
+container reaches, the labels which of a shared GPU's slots it holds.
 """
 
 from __future__ import annotations
@@ -21,7 +18,7 @@ import ipaddress
 import logging
 import time
 from collections.abc import Iterable, Mapping
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 import docker
@@ -30,27 +27,54 @@ import docker.errors
 from ..core.errors import UnsafeContainerConfig
 from ..core.pool import Grant
 from ..core.reach import Reach, from_cdi, from_count, from_ids
-from .base import NOTHING, LookPast, Seen, ServerLabels
+from .base import NOTHING, LookPast, Seen
 from .escapes import GPU_DEVICE, clean_path, find_escapes, forbidden_source
+from .labels import (  # the label schema, here too for what read it from here
+    LABEL_GPUS as LABEL_GPUS,
+)
+from .labels import (
+    LABEL_HUB as LABEL_HUB,
+)
+from .labels import (
+    LABEL_JOB as LABEL_JOB,
+)
+from .labels import (
+    LABEL_PREFIX as LABEL_PREFIX,
+)
+from .labels import (
+    LABEL_QUOTA_GROUP as LABEL_QUOTA_GROUP,
+)
+from .labels import (
+    LABEL_SERVER as LABEL_SERVER,
+)
+from .labels import (
+    LABEL_SINCE as LABEL_SINCE,
+)
+from .labels import (
+    LABEL_SPAWNER_ID as LABEL_SPAWNER_ID,
+)
+from .labels import (
+    LABEL_TURNS as LABEL_TURNS,
+)
+from .labels import (
+    LABEL_UNITS as LABEL_UNITS,
+)
+from .labels import (
+    LABEL_USER as LABEL_USER,
+)
+from .labels import (
+    LABEL_USER_ID as LABEL_USER_ID,
+)
+from .labels import (
+    labels as labels,
+)
+from .labels import (
+    read_labels as read_labels,
+)
 
 log = logging.getLogger("gpuspawner")
 
-LABEL_PREFIX = "gpuspawner."
-LABEL_HUB = LABEL_PREFIX + "hub"
-LABEL_SPAWNER_ID = LABEL_PREFIX + "spawner-id"
-LABEL_USER_ID = LABEL_PREFIX + "user-id"
-LABEL_USER = LABEL_PREFIX + "user"
-LABEL_SERVER = LABEL_PREFIX + "server"
-LABEL_GPUS = LABEL_PREFIX + "gpus"
-LABEL_QUOTA_GROUP = LABEL_PREFIX + "quota-group"
-LABEL_SINCE = LABEL_PREFIX + "since"
-LABEL_UNITS = LABEL_PREFIX + "units"
-LABEL_JOB = LABEL_PREFIX + "job"  # a job's id, on its server's container (hub.jobs)
-LABEL_TURNS = LABEL_PREFIX + "turns"  # "1": a person's server that shares its GPU in turns
 REMOVAL_WAIT_SECONDS = 30  # a removal Docker has under way: past this, the next tick asks again
-
-# A grant's start must be a moment the admin page and the culler can work with.
-LATEST_TIME = datetime(9999, 12, 31, tzinfo=UTC).timestamp()
 
 NO_GPU = "void"
 GUARDED_ENV = ("NVIDIA_VISIBLE_DEVICES", "DOCKER_RESOURCE_")
@@ -63,22 +87,6 @@ def device_requests(uuids: Iterable[str]) -> list[dict[str, Any]]:
     if not ids:
         return []
     return [{"Driver": "nvidia", "DeviceIDs": ids, "Capabilities": [["gpu"]]}]
-
-
-def labels(grant: Grant, hub: str) -> dict[str, str]:
-    holder = grant.holder
-    return {
-        LABEL_HUB: hub,
-        LABEL_SPAWNER_ID: str(holder.spawner_id),
-        LABEL_USER_ID: str(holder.user_id),
-        LABEL_USER: holder.user,
-        LABEL_SERVER: holder.server,
-        LABEL_GPUS: ",".join(grant.uuids),
-        LABEL_UNITS: ",".join(grant.ids),
-        LABEL_QUOTA_GROUP: grant.quota_group or "",
-        LABEL_SINCE: f"{grant.since:.3f}",
-        **({LABEL_TURNS: "1"} if grant.turns else {}),
-    }
 
 
 def mps_environment(grant: Grant) -> dict[str, str]:
@@ -179,37 +187,6 @@ def exposes_devices(path: str) -> bool:
     """A bind of this host path shows the container device nodes (it is "/" or under /dev)."""
     path = clean_path(path)
     return forbidden_source(path) and (path == "/" or path.startswith("/dev"))
-
-
-def read_labels(container_labels: Mapping[str, str]) -> ServerLabels | None:
-    """Our server in a container's labels; None if not ours; ValueError if unreadable."""
-    if LABEL_USER not in container_labels:
-        return None
-    since_text = container_labels.get(LABEL_SINCE) or ""
-    since = float(since_text) if since_text else None
-    if since is not None and not 0 <= since <= LATEST_TIME:  # NaN fails the test too
-        raise ValueError(f"{LABEL_SINCE}={since_text!r} is not a time")
-    return ServerLabels(
-        hub=container_labels.get(LABEL_HUB, ""),
-        spawner_id=_id(container_labels, LABEL_SPAWNER_ID),
-        user_id=_id(container_labels, LABEL_USER_ID),
-        user=container_labels[LABEL_USER],
-        server=container_labels.get(LABEL_SERVER, ""),
-        uuids=tuple(u for u in container_labels.get(LABEL_GPUS, "").split(",") if u),
-        since=since,
-        quota_group=container_labels.get(LABEL_QUOTA_GROUP) or None,
-        units=tuple(u for u in container_labels.get(LABEL_UNITS, "").split(",") if u),
-        turns=container_labels.get(LABEL_TURNS) == "1",
-    )
-
-
-def _id(container_labels: Mapping[str, str], key: str) -> int | None:
-    text = container_labels.get(key)
-    if text is None:
-        return None
-    if not text.isdigit():
-        raise ValueError(f"{key}={text!r} is not an id")
-    return int(text)
 
 
 def seen(inspected: Mapping[str, Any], default_runtime: str = "runc") -> Seen:

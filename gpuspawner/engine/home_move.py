@@ -18,8 +18,8 @@ from typing import Any
 
 from docker.types import Mount
 
+from ..core.nodes import Node
 from . import node_tasks
-from .swarm import SwarmNode
 
 PORT = 9000  # the serving task's own port
 PROGRAM = Path(__file__).with_name("home_copy.py").read_text()  # run by `python3 -c`
@@ -29,8 +29,8 @@ def copy_home(
     client: Any,
     image: str,
     volume: str,
-    source: SwarmNode,
-    target: SwarmNode,
+    source: Node,
+    target: Node,
     timeout: float = 3600,
 ) -> int | str:
     """Copy `volume` from `source` to `target` and check the copy: 0, `home_copy`'s
@@ -49,7 +49,7 @@ def copy_home(
             return node_tasks.outcome(client, down, timeout)
 
 
-def empty_home(client: Any, image: str, volume: str, node: SwarmNode) -> int | str:
+def empty_home(client: Any, image: str, volume: str, node: Node) -> int | str:
     """Delete everything in `volume` on `node` (its copy elsewhere checked first): 0, or
     why not. The empty volume stays, for `docker volume rm` on that node."""
     command = ["find", "/old", "-mindepth", "1", "-delete"]

@@ -26,10 +26,10 @@ from docker.types import Mount
 from requests.exceptions import RequestException
 
 from ..core.errors import GPUConfigError
+from ..core.nodes import Node
 from . import node_tasks
 from .escapes import clean_path, exposing_host
 from .storage import StorageProblem, make_folder
-from .swarm import SwarmNode
 
 MARKER = ".gpuspawner-shared-homes"
 PROBES = ".gpuspawner-probes"  # owned by the notebook user: where a node's probe writes
@@ -96,14 +96,14 @@ def probe_node(
         return node_tasks.outcome(client, task, timeout)
 
 
-Probe = Callable[[SwarmNode], int | str]  # one node's answer: 0, or what is wrong there
+Probe = Callable[[Node], int | str]  # one node's answer: 0, or what is wrong there
 
 
 def prober(client: Any, image: str, path: str, uid: int) -> Probe:
     """`probe_node` with the storage's token as the hub's host reads it now; an engine that
     does not answer is an answer too (the hub's monitor and the doctor go on)."""
 
-    def probe(node: SwarmNode) -> int | str:
+    def probe(node: Node) -> int | str:
         token = token_of(path)
         if not token:
             return f"the hub's host has no marker in {path}"
@@ -115,7 +115,7 @@ def prober(client: Any, image: str, path: str, uid: int) -> Probe:
     return probe
 
 
-def ask(probe: Probe, nodes: Sequence[SwarmNode]) -> dict[str, int | str]:
+def ask(probe: Probe, nodes: Sequence[Node]) -> dict[str, int | str]:
     """Each ready node's answer, by hostname, all asked at once."""
     ready = [n for n in nodes if n.ready]
     with ThreadPoolExecutor(max_workers=max(1, len(ready))) as pool:
@@ -146,7 +146,7 @@ class MountWatch:
     _asked: float = -math.inf
     _lost: dict[str, str] = field(default_factory=dict)
 
-    def lost(self, nodes: Sequence[SwarmNode], now: float) -> dict[str, str]:
+    def lost(self, nodes: Sequence[Node], now: float) -> dict[str, str]:
         """Node → why it is kept out of new starts, as the latest look found it."""
         if now - self._asked >= self.every:
             self._asked = now

@@ -31,8 +31,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .docker import LABEL_HUB, LABEL_USER_ID
 from .escapes import clean_path, exposing_host
+from .labels import LABEL_HUB, LABEL_USER_ID
 
 # GPUSpawner's default `volumes`: one home per user, for all their servers and profiles.
 DEFAULT_HOME_VOLUME = "gpuspawner-home-{username}"

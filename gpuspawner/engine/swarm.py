@@ -21,17 +21,18 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 import docker
 import docker.errors
 
+from ..core.nodes import Node
 from .base import NOTHING, LookPast, Seen
-from .docker import LABEL_HUB, LABEL_SPAWNER_ID, api_client, moment, read_labels
+from .docker import api_client, moment
+from .labels import LABEL_HUB, LABEL_SPAWNER_ID, read_labels
 from .swarmspec import GPU_NAME, isolate_service, pinned_node, spec_reach
 
-__all__ = ["SwarmEngine", "SwarmNode", "isolate_service", "task_seen"]
+__all__ = ["Node", "SwarmEngine", "SwarmNode", "isolate_service", "task_seen"]
 
 log = logging.getLogger("gpuspawner")
 
@@ -53,30 +54,14 @@ HOLDING = frozenset(
 ORPHANED = "orphaned"
 
 
-@dataclass(frozen=True)
-class SwarmNode:
-    """One machine of the swarm, as the manager sees it."""
-
-    id: str
-    hostname: str  # the books' name for it (GPU.node)
-    state: str  # "ready", "down", "unknown" or "disconnected"
-    availability: str  # "active", "pause" or "drain"
-    engine_version: str
-    manager: bool
-    address: str
-    gpus: tuple[str, ...] = ()  # the GPU UUIDs it advertises, in its daemon.json's order
-    labels: Mapping[str, str] = field(default_factory=dict)  # the admin's node labels
-
-    @property
-    def ready(self) -> bool:
-        return self.state == "ready"
+SwarmNode = Node  # its name here before it moved to the core, where the seam names it
 
 
-def read_node(node: Mapping[str, Any]) -> SwarmNode:
+def read_node(node: Mapping[str, Any]) -> Node:
     """One node from `docker node inspect`."""
     description = node.get("Description") or {}
     status = node.get("Status") or {}
-    return SwarmNode(
+    return Node(
         id=str(node.get("ID", "")),
         hostname=str(description.get("Hostname", "")),
         state=str(status.get("State", "unknown")),
@@ -113,7 +98,7 @@ def advertised_gpus(description: Mapping[str, Any]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(found))
 
 
-def holds(task: Mapping[str, Any], node: SwarmNode | None) -> bool:
+def holds(task: Mapping[str, Any], node: Node | None) -> bool:
     """Whether a task runs or may run, as far as the manager can tell."""
     state = str((task.get("Status") or {}).get("State", ""))
     if state in HOLDING:
@@ -129,7 +114,7 @@ def task_labels(task: Mapping[str, Any], service: Mapping[str, Any] | None) -> d
 
 
 def task_seen(
-    task: Mapping[str, Any], service: Mapping[str, Any] | None, nodes: Mapping[str, SwarmNode]
+    task: Mapping[str, Any], service: Mapping[str, Any] | None, nodes: Mapping[str, Node]
 ) -> Seen:
     """One task, from `docker inspect` of it, its service's and the nodes', as the books
     need it. A task not yet given a node is on the node its constraint pins it to."""
@@ -165,7 +150,7 @@ class SwarmEngine:
         client: Any,
         removal_timeout: float = 30.0,
         poll: float = 0.25,
-        also_unreachable: Callable[[list[SwarmNode], float], dict[str, str]] | None = None,
+        also_unreachable: Callable[[list[Node], float], dict[str, str]] | None = None,
     ) -> None:
         """`also_unreachable`: nodes not to start on for want of something only a look on
         them finds (the shared homes' mount: `shared_homes.MountWatch.lost`), given the
@@ -182,19 +167,19 @@ class SwarmEngine:
         """An engine on a client of its own, to a manager of the swarm."""
         return cls(api_client(client_kwargs, tls_config))
 
-    def nodes(self) -> list[SwarmNode]:
+    def nodes(self) -> list[Node]:
         """One per hostname: a machine that left the swarm and joined again is listed twice
         (its old entry down until `docker node rm`); the ready one is the machine."""
-        found: dict[str, SwarmNode] = {}
+        found: dict[str, Node] = {}
         for node in map(read_node, self.client.nodes()):
             if node.hostname not in found or (node.ready and not found[node.hostname].ready):
                 found[node.hostname] = node
         return list(found.values())
 
-    def cluster_nodes(self) -> list[SwarmNode]:
+    def cluster_nodes(self) -> list[Node]:
         return self.nodes()
 
-    def _by_id(self) -> dict[str, SwarmNode]:
+    def _by_id(self) -> dict[str, Node]:
         """Every entry, stale ones too: where a task is, by its NodeID."""
         return {node.id: node for node in map(read_node, self.client.nodes())}
 
@@ -346,6 +331,6 @@ def _labelled(task: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
     return all(found.get(k) == v for k, v in labels.items())
 
 
-def _on_ready_node(task: Mapping[str, Any], nodes: Mapping[str, SwarmNode]) -> bool:
+def _on_ready_node(task: Mapping[str, Any], nodes: Mapping[str, Node]) -> bool:
     node = nodes.get(str(task.get("NodeID")))
     return node is not None and node.ready  # a node the manager no longer lists: not confirmed

@@ -29,8 +29,9 @@ from typing import Any
 from ..core.errors import UnsafeContainerConfig
 from ..core.grants import Grant
 from ..core.reach import Reach, from_ids
-from .docker import env_dict, exposes_devices, guarded_environment, labels
+from .docker import env_dict, exposes_devices, guarded_environment
 from .escapes import DEVICE_REQUEST_TARGETS, bound_devices, clean_path, find_escapes, normalised
+from .labels import labels
 
 DEVICE_MOUNT_ROOT = DEVICE_REQUEST_TARGETS[0]
 # A Swarm placement constraint: swarmkit trims both sides and compares keys and values

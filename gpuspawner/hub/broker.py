@@ -25,6 +25,7 @@ from dataclasses import replace
 from types import MappingProxyType
 from typing import Any, ClassVar
 
+from ..config.adapter import Mover
 from ..config.site import GPUSite
 from ..core.culling import IdleClock
 from ..core.gpus import Telemetry
@@ -44,7 +45,7 @@ from ..records.ledger import Ledger
 from ..records.line import LineRecord, Waited
 from .calendar import Calendar, GroupsOf, allocate_around
 from .counters import ALLOCATION_SECONDS
-from .homes import Homes, Mover
+from .homes import Homes
 from .jobs_part import JobsPart
 from .line import Line, WaitEnded
 from .machine import Machine

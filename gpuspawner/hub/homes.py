@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import replace
-from typing import Any, Protocol
+from typing import Any
 
+from ..config.adapter import Mover
 from ..core.homes import Home, away_chosen, said_of
 from ..core.limits import UserLimits
 from ..core.pool_view import PoolView
@@ -23,17 +24,6 @@ from ..core.profiles import Profile
 from ..core.words import iso_utc
 from ..engine.home_copy import DIFFERENT, NOT_EMPTY
 from ..records.homes import HomeRecord
-
-
-class Mover(Protocol):
-    """The engine adapter's hands for a home's move (`home_mover`); each blocks, each
-    answers 0 or why not."""
-
-    def copy(self, volume: str, source: str, target: str) -> int | str:
-        """Copy the volume from node `source` to node `target` and check the copy."""
-
-    def empty(self, volume: str, node: str) -> int | str:
-        """Delete everything in the volume on `node`."""
 
 
 class Homes:

@@ -24,7 +24,7 @@ import asyncio
 import logging
 import sqlite3
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from fractions import Fraction
 from typing import Any, Protocol
 
@@ -39,6 +39,7 @@ from ..core.words import DEFAULT_GROUP, duration, server_name
 from ..records.line import LineRecord, Waited
 from . import line_status
 from .counters import observe_wait
+from .line_entry import Entry
 
 
 class TakeNow(Protocol):
@@ -59,28 +60,6 @@ class WaitEnded(Exception):
     def __init__(self, message: str, outcome: str, reason: str) -> None:
         super().__init__(message)
         self.outcome, self.reason = outcome, reason
-
-
-@dataclass(eq=False)
-class Entry:
-    waiting: Waiting
-    holder: Holder
-    slug: str  # the profile asked for
-    profile: str  # its display name
-    request: Request  # what it asks the pool for
-    limits: UserLimits
-    result: asyncio.Future[Grant]
-    blocked: Exception | None = None  # why it could not start at its last try
-
-    @property
-    def deadline(self) -> float:
-        return self.waiting.arrived + float(self.limits.max_wait.value or 0)
-
-    @property
-    def quota(self) -> str | None:
-        """The group whose quota it waits for, if that is what holds it back."""
-        over = self.blocked
-        return over.group if isinstance(over, LimitExceeded) and over.waitable else None
 
 
 class Line:

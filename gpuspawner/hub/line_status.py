@@ -1,22 +1,55 @@
 """What people see of the waiting line: a start's standing, and the line for admins.
 
 Worded by the core (`core.line`); the estimates of when GPUs free up come from the
-servers whose end could let a waiter start (`core.estimates`).
+servers whose end could let a waiter start (`core.estimates`). The line is read through
+the protocol `Line` (what these words need of it), so the line imports this module and
+not the other way round.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ..core import line as words
+from ..core.culling import IdleClock
 from ..core.estimates import Holding, next_freeing
+from ..core.limits import UserLimits
+from ..core.pool_view import PoolView
+from .line_entry import Entry
 
-if TYPE_CHECKING:
-    from .line import Entry, Line
+
+class Line(Protocol):
+    """What people's words read of the waiting line (`line.Line`, which is one)."""
+
+    @property
+    def pool(self) -> PoolView: ...
+
+    @property
+    def idle(self) -> IdleClock: ...
+
+    @property
+    def clock(self) -> Callable[[], float]: ...
+
+    @property
+    def limits_of(self) -> Callable[[int], UserLimits | None]: ...
+
+    def place(self, entry: Entry) -> int: ...
+
+    def ahead(self, entry: Entry) -> list[int]: ...
+
+    def kept_for(self, key: int) -> bool: ...
+
+    def recent_use_now(self) -> Mapping[int, float]: ...
+
+    def entries(self) -> list[Entry]: ...
+
+    def status(self, key: int) -> str | None: ...
+
+    def next_change(self) -> asyncio.Future[None]: ...
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ from ..core.gpus import Telemetry
 from ..core.pool import Grant
 from ..core.units import Unit
 from ..core.words import duration
-from ..engine import processes
+from ..devices import processes
 from ..engine.base import Seen
 from .broker import Broker
 

@@ -46,13 +46,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ..config.parking import HostOf
 from ..core.grants import Grant
 from ..core.parking import TURN_QUANTUM, Residency, after
 from ..core.pool import NotParkable, StillLent
 from ..core.pool_view import DeviceState
 from ..core.words import gib
-from ..devices.checkpoint import CheckpointError, CheckpointHost, HostUnreachable
+from ..devices.checkpoint import CheckpointError, CheckpointHost, HostOf, HostUnreachable
 from ..engine.base import Seen
 from .broker import Broker
 from .counters import PARK_SECONDS, PARKS, RESTORE_SECONDS

@@ -28,7 +28,7 @@ from typing import Any
 from jupyterhub import orm
 from traitlets import TraitError
 
-from ..config.parking import HostOf, checkpoint_hosts, memory_limit
+from ..config.parking import memory_limit
 from ..config.site import GPUSite, check_container_settings, check_overrides
 from ..core.culling import Busyness
 from ..core.errors import GPUConfigError
@@ -37,8 +37,7 @@ from ..core.limits import UserLimits
 from ..core.pool import DeviceState
 from ..core.units import tally
 from ..core.words import gib, server_name
-from ..devices.swarm import SwarmSource
-from ..engine import processes
+from ..devices.checkpoint import HostOf
 from ..records.calendar import CalendarRecord
 from ..records.homes import HomeRecord
 from ..records.jobs import JobRecord
@@ -59,7 +58,7 @@ from .broker import Broker, BrokerNotRunning
 from .jobs import api as jobs_api
 from .jobs.board import JobBoard
 from .jobs.launch import Launcher
-from .monitor import Monitor, Owners
+from .monitor import Monitor
 from .parking import Parker
 from .reclaimer import Reclaimer
 from .recovery import KnownServers
@@ -198,7 +197,7 @@ async def start_broker(app: Any, spawner_class: Any = None) -> Broker:
         spawner.avoid_gpus_with_foreign_processes,
         Busyness(spawner.gpu_busy_threshold, spawner.gpu_processes_count_as_busy),
         spawner.usage_retention_days * 24 * 3600,
-        owners=_process_owners(site),
+        owners=site.source.process_owners,
     )
     if parker is not None:
         monitor.listeners.append(parker.observed)
@@ -241,7 +240,7 @@ def _parker(broker: Broker, parks: Parking | None, log: Any) -> Parker | None:
     if parks is None:
         return None
     hosts, limit, turn_quantum = parks
-    on_swarm = isinstance(broker.site.source, SwarmSource)
+    on_swarm = broker.site.source.on_nodes() is not None
     log.info(
         "gpuspawner: jobs give way by parking (%s, up to %d GiB of host memory%s)",
         "by each node's agent" if on_swarm else "on this host",
@@ -263,8 +262,8 @@ def _parking(spawner: Any, site: GPUSite) -> Parking | None:
                 "True, or remove turns"
             )
         return None
-    on_swarm = isinstance(site.source, SwarmSource)
-    hosts = checkpoint_hosts(spawner.checkpoint_driver, site.source)
+    on_swarm = site.source.on_nodes() is not None
+    hosts = site.source.checkpoint_hosts(spawner.checkpoint_driver)
     return hosts, memory_limit(spawner.park_memory_limit, on_swarm), spawner.turn_quantum
 
 
@@ -302,13 +301,6 @@ def _serve_jobs(app: Any, broker: Broker, record: JobRecord, parker: Parker | No
 
 async def _jobs_tick(jobs: JobBoard, broker: Broker) -> None:
     jobs.tick(broker.clock())
-
-
-def _process_owners(site: GPUSite) -> Owners:
-    """Which container runs a GPU process: the host's /proc; for simulated GPUs, the
-    simulated load file's word; on a swarm, what each node's agent said."""
-    owners: Owners = getattr(site.source, "process_owners", processes.owners)
-    return owners
 
 
 async def _stopped_meanwhile(broker: Broker) -> dict[int, float]:

@@ -122,6 +122,22 @@ def test_a_hub_with_another_spawner_is_refused(tmp_path):
         hubconfig.load(path)
 
 
+def test_a_spawner_with_gpuspawners_settings_but_no_engine_is_refused(tmp_path):
+    """The admin tools ask the spawner for its engine and its GPUs (`EngineAdapter`); they
+    never probe whether it has them: a class that lacks them is refused here, by name."""
+    body = (
+        "from jupyterhub.spawner import Spawner\n"
+        "from gpuspawner.config.settings import GPUSettings\n"
+        "class Settings(GPUSettings, Spawner):\n"
+        "    start = stop = poll = None\n"
+        "c.JupyterHub.spawner_class = Settings\n"
+    )
+    with pytest.raises(
+        ConfigError, match=r"Settings is no engine adapter \(it lacks .*make_engine"
+    ):
+        hubconfig.load(write(tmp_path, body))
+
+
 def test_an_unknown_spawner_class_is_named(tmp_path):
     with pytest.raises(ConfigError, match=r"spawner_class.*'nosuchspawner' could not be imported"):
         hubconfig.load(write(tmp_path, "", spawner="nosuchspawner"))

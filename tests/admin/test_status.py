@@ -14,6 +14,7 @@ from gpuspawner.core.calendar import Window
 from gpuspawner.core.gpus import Telemetry
 from gpuspawner.core.pool import Grant, Holder
 from gpuspawner.core.units import bare
+from gpuspawner.devices.nvml import NvmlSource
 from gpuspawner.devices.simulated import SimulatedSource
 from gpuspawner.devices.source import Inventory
 from gpuspawner.engine import docker as engine
@@ -250,7 +251,7 @@ def test_where_the_checkpoint_driver_cannot_be_asked_status_says_so():
         ],
         Inventory(GPUS[:1], [], []),
     )
-    asked = status.parked(holdings, "simulated", source=object())  # not simulated GPUs
+    asked = status.parked(holdings, "simulated", source=NvmlSource())  # not simulated GPUs
     output = status.render(status.pool_rows(GPUS[:1], [], {}, asked), asked, NOW)
     assert table(output)["0"][1] == "ann, bob/job-1"  # neither marked parked
     assert output.endswith(

@@ -5,6 +5,7 @@ from dataclasses import replace
 
 import pytest
 from docker.errors import APIError, DockerException
+from doubles import Adapter as Spawner
 
 from gpuspawner.admin import doctor
 from gpuspawner.admin.checks import Status
@@ -165,19 +166,6 @@ class Manager:
         return self._nodes
 
 
-class Spawner:
-    def __init__(self, engine=None, error=None, runs_on_nodes=False):
-        self.engine, self.error, self.runs_on_nodes = engine, error, runs_on_nodes
-
-    def make_engine(self):
-        if self.error:
-            raise self.error
-        return self.engine
-
-    def make_gpu_source(self, engine):
-        return None  # without agents: no agent lines
-
-
 def inspected(hostname: str) -> dict:
     """A node as `docker node inspect` shows it."""
     return {
@@ -216,11 +204,10 @@ def test_a_manager_that_does_not_answer_fails_the_swarm():
 @pytest.mark.parametrize(
     "spawner",
     [
-        object(),
         Spawner(engine=DockerEngine(client=None)),
         Spawner(error=DockerException("Connection refused")),
     ],
-    ids=["no-make-engine", "one-host-engine", "one-host-engine-unreachable"],
+    ids=["one-host-engine", "one-host-engine-unreachable"],
 )
 def test_one_host_gets_no_swarm_lines(spawner):
     assert doctor._swarm(spawner) == (None, [])

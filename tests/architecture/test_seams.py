@@ -3,6 +3,10 @@
 A new engine (a Kubernetes one, say) should need its adapter and nothing else: a hub or
 admin module that picks a code path with `isinstance(x, SwarmEngine)` would have to learn
 of every new engine. The engine adapters themselves (`gpuspawner/hub/engines/`) know theirs.
+Nor do they, or the config layer, ask which GPU source they have, or probe an adapter or a
+source with `getattr`/`hasattr` for a part it may lack: what a seam offers is on its protocol
+(`EngineAdapter`, `GPUSource`), and every implementation offers all of it
+(test_conformance.py).
 """
 
 from __future__ import annotations
@@ -67,6 +71,61 @@ def engine_type_checks(text: str, module: str) -> list[str]:
 
 def module_of(path: Path) -> str:
     return ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+
+
+SOURCE_CLASSES = {"NvmlSource", "SimulatedSource", "SwarmSource"}
+SEAM_OBJECTS = {"spawner", "source", "engine", "site.spawner", "site.source", "broker.site.source"}
+PROBED = [
+    path
+    for layer in ("hub", "admin", "config")
+    for path in sorted((PACKAGE / layer).rglob("*.py"))
+    if path.name != "seams.py"  # the check of a protocol's members, at the config's boundary
+]
+
+
+def source_type_checks(text: str) -> list[str]:
+    """Each isinstance or issubclass on a GPU source's class, as "line name"."""
+    found = []
+    for node in ast.walk(ast.parse(text)):
+        calls = isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+        if calls and node.func.id in {"isinstance", "issubclass"} and len(node.args) == 2:
+            names = set(class_names(node.args[1])) & SOURCE_CLASSES
+            found += [f"{node.lineno} {name}" for name in sorted(names)]
+    return found
+
+
+def probes(text: str) -> list[str]:
+    """Each getattr or hasattr of a literal name on an adapter, a source or an engine, as
+    "line object.name"."""
+    found = []
+    for node in ast.walk(ast.parse(text)):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)):
+            continue
+        if node.func.id not in {"getattr", "hasattr"} or len(node.args) < 2:
+            continue
+        target, name = ast.unparse(node.args[0]), node.args[1]
+        if target in SEAM_OBJECTS and isinstance(name, ast.Constant):
+            found.append(f"{node.lineno} {target}.{name.value}")
+    return found
+
+
+@pytest.mark.parametrize("path", PROBED, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_no_module_asks_which_gpu_source_it_has_or_probes_a_seam(path):
+    text = path.read_text()
+    assert (source_type_checks(text), probes(text)) == ([], [])
+
+
+@pytest.mark.parametrize(
+    ("code", "found"),
+    [
+        ("isinstance(site.source, SwarmSource)", (["1 SwarmSource"], [])),
+        ('getattr(source, "process_owners", owners)', ([], ["1 source.process_owners"])),
+        ('hasattr(site.spawner, "make_engine")', ([], ["1 site.spawner.make_engine"])),
+        ('getattr(self.handler, "xsrf_token", None)', ([], [])),
+    ],
+)
+def test_the_probe_check_finds_probes_on_seams_and_only_those(code, found):
+    assert (source_type_checks(code), probes(code)) == found
 
 
 def test_the_check_covers_the_modules_that_once_switched_on_engines():

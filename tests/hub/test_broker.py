@@ -8,10 +8,10 @@ engine (tests/hub/test_inprocess.py) and on the real stack (tests/stack).
 import asyncio
 import dataclasses
 import logging
-import threading
 
 import pytest
 from brokers import a_broker
+from doubles import Removals
 
 from gpuspawner.config.settings import GPUSettings
 from gpuspawner.core.limits import Limited
@@ -86,19 +86,6 @@ def test_recovery_adopts_known_servers_and_keeps_everything_else_out():
         u[3]: DeviceState.EXTERNAL,
     }
     assert broker.pool.external_user(u[2]) == "container other-zed"
-
-
-class Removals:
-    """An engine that records what it is asked to remove, and confirms nothing gone."""
-
-    def __init__(self):
-        self.asked = []
-        self.was_asked = threading.Event()
-
-    def remove_server(self, hub, spawner_id, container_ids=()):
-        self.asked.append((hub, spawner_id, container_ids))
-        self.was_asked.set()
-        return False
 
 
 async def test_a_server_the_database_says_ended_is_removed_its_gpus_held_until_gone():

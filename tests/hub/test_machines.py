@@ -11,7 +11,7 @@ from dataclasses import replace
 import jinja2
 import pytest
 from brokers import a_broker
-from engines import GoneEngine
+from doubles import Cluster
 from jupyterhub import orm
 from jupyterhub.objects import Hub
 from jupyterhub.spawner import SpawnException
@@ -286,16 +286,6 @@ def test_one_hosts_report_names_one_machine_and_its_page_none():
     assert 'data-testid="by-node"' not in page and 'data-testid="node"' not in page
     assert form.by_machine(broker.pool, broker.pool.states()) == []  # no line per machine
     broker.executor.shutdown(wait=False)
-
-
-class Cluster(GoneEngine):
-    """Machines the engine says are down or drained, as a swarm's manager would."""
-
-    def __init__(self):
-        self.down: dict[str, str] = {}
-
-    def unreachable(self):
-        return dict(self.down)
 
 
 async def test_a_machine_that_goes_down_gives_no_start_its_gpus_until_it_is_back(broker, db):

@@ -10,7 +10,7 @@ from dataclasses import replace
 import pytest
 from brokers import HUB, a_broker
 
-from gpuspawner.config.parking import checkpoint_hosts, memory_limit
+from gpuspawner.config.parking import memory_limit
 from gpuspawner.config.settings import GPUSettings
 from gpuspawner.core.errors import GPUConfigError
 from gpuspawner.core.gpus import Telemetry
@@ -18,6 +18,7 @@ from gpuspawner.core.parking import IllegalMove, Residency
 from gpuspawner.core.pool import Holder
 from gpuspawner.core.units import Request
 from gpuspawner.devices.checkpoint import HostUnreachable, OnThisHost, ProcessState
+from gpuspawner.devices.nvml import NvmlSource
 from gpuspawner.devices.simulated_checkpoint import SimulatedCheckpointDriver, SimulatedProcess
 from gpuspawner.devices.swarm import AgentAccess, SwarmSource
 from gpuspawner.engine import docker as engine
@@ -130,9 +131,9 @@ def test_after_a_restart_the_driver_says_what_is_parked_and_unlocks_what_was_lef
 def test_parking_settings_that_cannot_work_are_refused_in_one_line():
     host = a_broker(gpus=1).site.source
     with pytest.raises(GPUConfigError, match="parks simulated GPUs' work only"):
-        checkpoint_hosts("simulated", object())
+        NvmlSource().checkpoint_hosts("simulated")
     with pytest.raises(GPUConfigError, match="needs the NVIDIA driver's checkpoint API"):
-        checkpoint_hosts("cuda", host)  # no libcuda on this machine
+        host.checkpoint_hosts("cuda")  # no libcuda on this machine
     with pytest.raises(GPUConfigError, match="park_memory_limit must be memory"):
         memory_limit("lots")
     assert memory_limit("64G") == 64 * GIB and memory_limit("") > 0
@@ -141,7 +142,7 @@ def test_parking_settings_that_cannot_work_are_refused_in_one_line():
 def test_on_a_swarm_parking_needs_the_agents_and_each_nodes_memory_limit():
     without_token = SwarmSource(list, AgentAccess(9401))
     with pytest.raises(GPUConfigError, match="agent_port and agent_token"):
-        checkpoint_hosts("auto", without_token)
+        without_token.checkpoint_hosts("auto")
     with pytest.raises(GPUConfigError, match="how much host memory each node may give"):
         memory_limit("", on_swarm=True)
     assert memory_limit("32G", on_swarm=True) == 32 * GIB

@@ -20,13 +20,15 @@ import docker
 from dockerspawner import DockerSpawner
 from traitlets import Bool, Float, TraitError, default, validate
 
+from ...config.adapter import Mover
 from ...core.errors import UnsafeContainerConfig
 from ...core.pool import Grant
 from ...core.profiles import ANY_IMAGE
 from ...devices.source import GPUSource
 from ...engine import storage
 from ...engine.base import Engine
-from ...engine.docker import LABEL_JOB, DockerEngine, isolate
+from ...engine.docker import DockerEngine, isolate
+from ...engine.labels import LABEL_JOB
 from ..jobs.launch import Launch
 from ..refusals import failed_start
 from ..server import GPUServer
@@ -39,6 +41,8 @@ class NoGrant(RuntimeError):
 
 class GPUSpawner(GPUServer, DockersWord, DockerSpawner):
     runs_on_nodes = False  # one host (SwarmGPUSpawner: a swarm's nodes)
+    shared_homes = ""  # homes are this host's volumes or folders (SwarmGPUSpawner's may be on
+    # storage every node mounts)
     remove = Bool(
         True,
         config=True,
@@ -109,6 +113,10 @@ class GPUSpawner(GPUServer, DockersWord, DockerSpawner):
 
     def check_storage(self) -> None:
         """At hub start: nothing to check on one host (each start makes its storage ready)."""
+
+    def home_mover(self, engine: Engine) -> Mover | None:
+        """None: one host's homes serve all its servers, and never move."""
+        return None
 
     async def prepare_storage(self) -> None:
         """Homes and shared folders ready before Docker sees them, in a worker thread."""

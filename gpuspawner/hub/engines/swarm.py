@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pprint import pformat
 from typing import Any
@@ -32,15 +32,17 @@ from traitlets import Bool, Float, Integer, Unicode, default
 
 from ...core.errors import GPUConfigError
 from ...core.homes import away_chosen, said_of
-from ...core.nodes import counts_by_node
+from ...core.nodes import Node, counts_by_node
 from ...core.pool import Grant
 from ...core.pool_view import DeviceState, PoolView
+from ...devices.agent_host import AgentAccess
 from ...devices.source import GPUSource
-from ...devices.swarm import TOKEN_VARIABLE, AgentAccess, SwarmSource
+from ...devices.swarm import TOKEN_VARIABLE, SwarmSource
 from ...engine import home_move, shared_homes, storage
 from ...engine.base import Engine
-from ...engine.docker import LABEL_JOB, api_client
-from ...engine.swarm import HOLDING, SwarmEngine, SwarmNode, isolate_service, read_node
+from ...engine.docker import api_client
+from ...engine.labels import LABEL_JOB
+from ...engine.swarm import HOLDING, SwarmEngine, isolate_service, read_node
 from ...engine.swarmspec import job_service
 from ..jobs.launch import Launch
 from ..refusals import failed_start
@@ -131,10 +133,10 @@ class SwarmGPUSpawner(GPUSpawner, SwarmSpawner):
         shared_homes.ready(self.shared_homes, self.notebook_uid, self.notebook_gid)
 
     def home_mover(self, engine: Engine) -> NodeHomes:
-        """How the hub moves a home between nodes (`hub.homes.Homes.move`)."""
-        if not isinstance(engine, SwarmEngine):
-            raise TypeError(f"SwarmGPUSpawner needs a SwarmEngine, not {type(engine).__name__}")
-        return NodeHomes(engine, self.image)
+        """How the hub moves a home between nodes (`hub.homes.Homes.move`): by tasks the
+        manager (a client of the mover's own) places on the engine's nodes."""
+        client = api_client(self.client_kwargs, self.tls_config)
+        return NodeHomes(client, lambda: engine.cluster_nodes() or [], self.image)
 
     @default("agent_token")
     def _default_agent_token(self) -> str:
@@ -161,9 +163,8 @@ class SwarmGPUSpawner(GPUSpawner, SwarmSpawner):
                 "c.GPUSpawner.simulate_gpus and simulated_host describe one host: on a swarm, "
                 "the GPUs are those each node advertises (node-generic-resources)"
             )
-        if not isinstance(engine, SwarmEngine):
-            raise TypeError(f"SwarmGPUSpawner needs a SwarmEngine, not {type(engine).__name__}")
-        return SwarmSource(engine.nodes, AgentAccess(self.agent_port, self.agent_token))
+        nodes = engine.cluster_nodes  # the manager's word, each time it is asked
+        return SwarmSource(lambda: nodes() or [], AgentAccess(self.agent_port, self.agent_token))
 
     @property
     def homes_on_nodes(self) -> bool:
@@ -190,7 +191,7 @@ class SwarmGPUSpawner(GPUSpawner, SwarmSpawner):
         """A job's service: its task gets the job's grace between SIGTERM and SIGKILL."""
         return job_service(create_kwargs, launch.grace, {LABEL_JOB: str(launch.job.id)})
 
-    def _home_node(self) -> SwarmNode | None:
+    def _home_node(self) -> Node | None:
         """Where a CPU-only server runs where homes are each node's own: its user's home's
         node; for their first server, the node with the most free GPUs of those they may
         use (a home where their GPU servers can follow); None elsewhere, or where its user
@@ -216,7 +217,7 @@ class SwarmGPUSpawner(GPUSpawner, SwarmSpawner):
             503,
         )
 
-    def _node(self, hostname: str) -> SwarmNode:
+    def _node(self, hostname: str) -> Node:
         for node in SwarmEngine(self.client).nodes():
             if node.hostname == hostname:
                 return node
@@ -326,7 +327,7 @@ def first_home(
     pool: PoolView,
     states: Mapping[str, DeviceState],
     allowed: Collection[str] | None,
-    nodes: Mapping[str, SwarmNode],
+    nodes: Mapping[str, Node],
 ) -> str | None:
     """The ready node, of those `allowed`, with the most free GPUs (ties to the name);
     `states`: each unit's as the calendar has it, so that a drained node draws no homes."""
@@ -344,7 +345,8 @@ class NodeHomes:
     """A home volume's copy between nodes, and its old copy's end, by one-off tasks that
     the manager places on the nodes (`engine.home_move`), in the notebooks' image."""
 
-    engine: SwarmEngine
+    client: Any  # the manager's
+    nodes: Callable[[], list[Node]]
     image: str
 
     def copy(self, volume: str, source: str, target: str) -> int | str:
@@ -352,16 +354,16 @@ class NodeHomes:
         if isinstance(nodes, str):
             return nodes
         old, new = nodes
-        return home_move.copy_home(self.engine.client, self.image, volume, old, new)
+        return home_move.copy_home(self.client, self.image, volume, old, new)
 
     def empty(self, volume: str, node: str) -> int | str:
         nodes = self._ready(node)
         if isinstance(nodes, str):
             return nodes
-        return home_move.empty_home(self.engine.client, self.image, volume, nodes[0])
+        return home_move.empty_home(self.client, self.image, volume, nodes[0])
 
-    def _ready(self, *names: str) -> list[SwarmNode] | str:
-        by_name = {n.hostname: n for n in self.engine.nodes()}
+    def _ready(self, *names: str) -> list[Node] | str:
+        by_name = {n.hostname: n for n in self.nodes()}
         for name in names:
             node = by_name.get(name)
             if node is None or not node.ready:

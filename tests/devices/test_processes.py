@@ -6,7 +6,7 @@ import pytest
 from admintools import unique_prefix
 from realhub import CPU_IMAGE
 
-from gpuspawner.engine import processes
+from gpuspawner.devices import processes
 
 ID = "593499533b257eaa5079e6305c578508dd9e7f8b49f52600f9afad7a4fe81c22"
 
