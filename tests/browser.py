@@ -68,12 +68,27 @@ IN_NAMESPACE = str(Path(__file__).with_name("chromedriver-in-namespace"))
 _namespace_made = False
 
 
+class Chromium(webdriver.Chrome):
+    """A browser whose profile (tens of MB under /tmp) goes when it quits."""
+
+    def __init__(self, profile: str, **kwargs) -> None:
+        self.profile = profile
+        super().__init__(**kwargs)
+
+    def quit(self) -> None:
+        try:
+            super().quit()
+        finally:
+            shutil.rmtree(self.profile, ignore_errors=True)
+
+
 def chromium() -> webdriver.Chrome:
     options = Options()
+    profile = tempfile.mkdtemp(prefix="gpuspawner-chromium-")
     options.binary_location = "/usr/bin/chromium"
     for flag in FLAGS:
         options.add_argument(flag)
-    options.add_argument(f"--user-data-dir={tempfile.mkdtemp(prefix='gpuspawner-chromium-')}")
+    options.add_argument(f"--user-data-dir={profile}")
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})  # for a failure's artefacts
     if isolating():
         make_namespace()
@@ -81,7 +96,11 @@ def chromium() -> webdriver.Chrome:
         service = Service(IN_NAMESPACE, port=next(_driver_ports), env=env)
     else:
         service = Service("/usr/bin/chromedriver")
-    driver = webdriver.Chrome(options=options, service=service)
+    try:
+        driver = Chromium(profile, options=options, service=service)
+    except BaseException:
+        shutil.rmtree(profile, ignore_errors=True)
+        raise
     track_browser(driver)
     return driver
 
