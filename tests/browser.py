@@ -22,13 +22,15 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from artefacts import track_browser
 from realhub import FIRST_PORT, PORTS_PER_WORKER, WORKER
 from selenium import webdriver
-from selenium.common.exceptions import StaleElementReferenceException
+from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
 from selenium.webdriver.chrome.options import Options
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
@@ -71,7 +73,7 @@ _namespace_made = False
 class Chromium(webdriver.Chrome):
     """A browser whose profile (tens of MB under /tmp) goes when it quits."""
 
-    def __init__(self, profile: str, **kwargs) -> None:
+    def __init__(self, profile: str, **kwargs: Any) -> None:
         self.profile = profile
         super().__init__(**kwargs)
 
@@ -90,14 +92,19 @@ def chromium() -> webdriver.Chrome:
         options.add_argument(flag)
     options.add_argument(f"--user-data-dir={profile}")
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})  # for a failure's artefacts
+    said = Path(profile) / "chromedriver.log"  # what chromedriver (or `ip netns`) said
     if isolating():
         make_namespace()
         env = {**os.environ, "GPUSPAWNER_BROWSER_NAMESPACE": NAMESPACE}
-        service = Service(IN_NAMESPACE, port=next(_driver_ports), env=env)
+        service = Service(IN_NAMESPACE, port=next(_driver_ports), env=env, log_output=str(said))
     else:
-        service = Service("/usr/bin/chromedriver")
+        service = Service("/usr/bin/chromedriver", log_output=str(said))
     try:
         driver = Chromium(profile, options=options, service=service)
+    except WebDriverException as error:
+        words = said.read_text(errors="replace")[-2000:] if said.exists() else "(nothing)"
+        shutil.rmtree(profile, ignore_errors=True)
+        raise WebDriverException(f"{error.msg}; it said: {words.strip()}") from error
     except BaseException:
         shutil.rmtree(profile, ignore_errors=True)
         raise
@@ -114,8 +121,10 @@ def make_namespace() -> None:
     """This worker's namespace, and pasta carrying its connections, once per process (one
     a crashed run left is made anew)."""
     global _namespace_made
-    if _namespace_made:
+    if _namespace_made and _namespace_alive():
         return
+    if _namespace_made:  # what ended it is a bug to find: say so where the test's output is
+        print(f"browser.py: {NAMESPACE} or its pasta was gone; made anew", file=sys.stderr)
     remove_namespace()
     subprocess.run(["ip", "netns", "add", NAMESPACE], check=True, capture_output=True)
     hubs = f"{FIRST_PORT}-{FIRST_PORT + PORTS_PER_WORKER - 1}"
@@ -127,6 +136,14 @@ def make_namespace() -> None:
     )  # fmt: skip
     _namespace_made = True
     atexit.register(remove_namespace)
+
+
+def _namespace_alive() -> bool:
+    try:
+        os.kill(int(PASTA_PID.read_text()), 0)
+    except (OSError, ValueError):
+        return False
+    return Path(f"/run/netns/{NAMESPACE}").exists()
 
 
 def remove_namespace() -> None:
