@@ -1,5 +1,7 @@
 """The public face for configs: what jupyterhub_config.py imports from `gpuspawner`."""
 
+import re
+from pathlib import Path
 from types import SimpleNamespace
 
 import docker
@@ -16,6 +18,12 @@ def test_every_name_for_configs_is_at_the_packages_top_level():
     assert set(public.__all__) < set(gpuspawner.__all__)
     for name in public.__all__:
         assert getattr(gpuspawner, name) is getattr(public, name)
+
+
+def test_the_configuration_page_names_each_of_them_and_nothing_else():
+    page = (Path(__file__).parents[1] / "docs" / "configuration.md").read_text()
+    table = page.split("\n## ", 1)[0]  # before the first section
+    assert sorted(re.findall(r"^\| `(\w+)\(", table, flags=re.M)) == sorted(public.__all__)
 
 
 def engine_with_bridge(ipam: dict[str, str]) -> SimpleNamespace:
