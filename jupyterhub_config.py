@@ -5,12 +5,7 @@
 # on your server, write the values in directly.
 import os
 
-import docker
-
-from gpuspawner.core.errors import NoGPUSourceError
-from gpuspawner.devices.nvml import NvmlSource
-from gpuspawner.engine.docker import bridge_gateway
-from gpuspawner.hub.culler import idle_culler_service
+from gpuspawner import docker_bridge_gateway, idle_culler_service, nvml_gpu_count
 
 c = get_config()  # noqa: F821  (provided by JupyterHub)
 
@@ -39,17 +34,6 @@ c.GPUSpawner.image = os.environ.get("GPUSPAWNER_NOTEBOOK_IMAGE", "gpuspawner-not
 CPU_IMAGE = os.environ.get("GPUSPAWNER_CPU_IMAGE", "gpuspawner-notebook-cpu:latest")
 c.GPUSpawner.pull_policy = "ifnotpresent"
 c.GPUSpawner.mem_limit = "16G"
-
-
-def machine_gpus() -> int:
-    """The GPUs here: the simulated ones, else those NVML lists (0 where it cannot: the hub
-    then says why as it starts)."""
-    if c.GPUSpawner.simulate_gpus:
-        return c.GPUSpawner.simulate_gpus
-    try:
-        return len(NvmlSource().list_gpus())
-    except NoGPUSourceError:
-        return 0
 
 
 PROFILES = [
@@ -83,7 +67,9 @@ PROFILES = [
     },
 ]
 # Only what this machine can serve: a profile bigger than the machine stops the hub.
-GPUS = machine_gpus()
+# The GPUs here: the simulated ones, else those NVML lists (0 where it cannot: the hub
+# then says why as it starts).
+GPUS = c.GPUSpawner.simulate_gpus or nvml_gpu_count()
 c.GPUSpawner.profiles = [p for p in PROFILES if p["gpus"] <= GPUS]
 # With parking, two people may share a GPU in turns when none is free (docs/parking.md).
 TURNS = ["gpu-1-turns"] if c.GPUSpawner.parking else []
@@ -162,7 +148,7 @@ c.JupyterHub.load_groups = {
 }
 
 # --- Networking: containers reach the hub over Docker's bridge --------------
-c.JupyterHub.hub_ip = os.environ.get("GPUSPAWNER_HUB_IP") or bridge_gateway(docker.from_env())
+c.JupyterHub.hub_ip = os.environ.get("GPUSPAWNER_HUB_IP") or docker_bridge_gateway()
 c.JupyterHub.bind_url = os.environ.get("GPUSPAWNER_BIND_URL", "http://127.0.0.1:8000")
 # On one origin the hub and every user's server are one site to the browser: script on a
 # user's page, opened by an admin, can act as that admin (JupyterHub's single-origin limit).

@@ -19,6 +19,7 @@ import pynvml
 from ..config.site import GPUSite, check_container_settings, check_overrides
 from ..core.errors import GPUConfigError, NoGPUSourceError
 from ..core.gpus import GPU, Telemetry, gpus_in_words
+from ..core.limit_keys import Concern, named
 from ..core.units import all_units, tally
 from ..devices.nvml import NvmlSource
 from ..devices.simulated import SimulatedSource
@@ -197,6 +198,32 @@ def judge_gpu_settings(site: HubConfig, source: GPUSource) -> Finding:
         subject,
         f"{len(hub.gpus)} GPU(s) in the pool; profiles {', '.join(p.slug for p in hub.profiles)}; "
         f"group limits for {', '.join(groups) if groups else 'no group'}",
+    )
+
+
+GPU_LIMIT_KEYS = named(Concern.GPUS)  # what bounds the GPUs a user may take
+
+
+def judge_users_outside_groups(site: HubConfig) -> Finding:
+    """Users in no group that `group_limits` lists get `default_limits`, which, left without
+    a GPU limit, lets each of them take every GPU: easy to miss where groups are listed."""
+    subject = "Users outside group_limits"
+    groups = ", ".join(sorted(site.spawner.group_limits))
+    if not groups:
+        return passed(subject, "no group_limits: default_limits applies to everyone")
+    default = site.spawner.default_limits
+    set_keys = [key for key in GPU_LIMIT_KEYS if default.get(key) is not None]
+    if set_keys:
+        return passed(
+            subject, f"users in none of {groups} get default_limits' {', '.join(set_keys)}"
+        )
+    return warning(
+        subject,
+        f"users in none of {groups} are unlimited: default_limits sets no GPU limit "
+        f"({', '.join(GPU_LIMIT_KEYS)}), so any of them may take every GPU",
+        f'set their limits in {site.path}: c.GPUSpawner.default_limits = {{"max_gpus_per_user": '
+        "1}, or 0 for CPU only; a listed group that leaves a key out takes default_limits' "
+        'value too (docs/configuration.md, "Limits per group")',
     )
 
 

@@ -241,7 +241,7 @@ def judge_hub_address(address: HubAddress, network: str, gateway: str) -> Findin
         f"containers would connect to the hub at {address.connect_host}:"
         f"{address.connect_port}, which inside a container is the container itself",
         f"in jupyterhub_config.py set c.JupyterHub.hub_ip = {gateway!r} (this host on Docker's "
-        "bridge; the example config asks gpuspawner.engine.docker.bridge_gateway), "
+        "bridge; the example config asks gpuspawner.docker_bridge_gateway()), "
         "or hub_ip = '0.0.0.0' "
         f"with hub_connect_ip = {gateway!r}",
     )

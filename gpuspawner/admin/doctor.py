@@ -40,6 +40,7 @@ from .checks import (
     judge_logins,
     judge_origins,
     judge_toolkit,
+    judge_users_outside_groups,
     not_checked,
     nvml_findings,
     passed,
@@ -118,6 +119,7 @@ def examine(config_path: Path, simulate: int | None, simulated_load: str) -> lis
         judge_gpu_settings(site, source)
         if source
         else not_checked("GPU profiles and limits", "no GPUs to check them against"),
+        judge_users_outside_groups(site),
         judge_container_settings(site),
         judge_logins(site),
         judge_origins(site),

@@ -314,7 +314,8 @@ class GPUSettings(ParkingSettings, HasTraits):
         help="""Limits for users in no group listed in `group_limits`, and the
         defaults for keys a listed group leaves out. Same keys as
         `group_limits`; `max_gpus_group` and `gpu_hours_per_week_group` here cap
-        all users in no listed group together. Empty: unlimited.
+        all users in no listed group together. Empty: unlimited (`gpuspawner
+        doctor` warns where `group_limits` lists groups).
         """,
     )
     limit_admins = Bool(

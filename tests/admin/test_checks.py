@@ -17,6 +17,7 @@ from gpuspawner.admin.checks import (
     judge_logins,
     judge_origins,
     judge_toolkit,
+    judge_users_outside_groups,
     nvml_findings,
     simulated_gpu_findings,
 )
@@ -196,6 +197,50 @@ def test_gpu_settings_are_not_checked_without_gpus(tmp_path):
     assert finding.detail.startswith("not checked: no GPUs to check them against")
 
 
+GROUPS = 'c.GPUSpawner.group_limits = {"students": {"max_gpus_group": 4}, "staff": {}}\n'
+
+
+@pytest.mark.parametrize(
+    "default",
+    [
+        "",  # left out: {}
+        "{}",
+        '{"max_gpus_per_user": None, "gpu_idle_timeout": 3600}',  # no GPU limit among them
+    ],
+)
+def test_users_outside_every_listed_group_unlimited_are_warned_about(tmp_path, default):
+    body = GROUPS + (f"c.GPUSpawner.default_limits = {default}\n" if default else "")
+    site = hubconfig.load(config_file(tmp_path, body))
+    finding = judge_users_outside_groups(site)
+    assert finding.status is Status.WARN
+    assert finding.detail == (
+        "users in none of staff, students are unlimited: default_limits sets no GPU limit "
+        "(max_gpus_per_server, max_gpus_per_user, max_gpus_group, profiles), so any of them "
+        "may take every GPU"
+    )
+    assert finding.fix.startswith(
+        f'set their limits in {site.path}: c.GPUSpawner.default_limits = {{"max_gpus_per_user": 1}}'
+    )
+
+
+@pytest.mark.parametrize(
+    ("body", "words"),
+    [
+        (
+            GROUPS + 'c.GPUSpawner.default_limits = {"max_gpus_per_user": 1}',
+            "users in none of staff, students get default_limits' max_gpus_per_user",
+        ),
+        (GROUPS + 'c.GPUSpawner.default_limits = {"max_gpus_group": 0}', "max_gpus_group"),
+        (GROUPS + 'c.GPUSpawner.default_limits = {"profiles": ["cpu"]}', "profiles"),
+        ("", "no group_limits: default_limits applies to everyone"),
+    ],
+)
+def test_users_outside_every_listed_group_with_a_gpu_limit_pass(tmp_path, body, words):
+    finding = judge_users_outside_groups(hubconfig.load(config_file(tmp_path, body)))
+    assert finding.status is Status.PASS, finding
+    assert words in finding.detail
+
+
 # Each way an admin's settings could hand notebooks GPUs or the host, as the hub checks it
 # at start and doctor reports it: one line, naming the setting.
 UNSAFE_SETTINGS = [
@@ -312,6 +357,7 @@ def test_the_example_config_is_safe_as_shipped(monkeypatch):
     site = hubconfig.load(Path(__file__).parents[2] / "jupyterhub_config.py", simulate_gpus=2)
     assert judge_logins(site).status is Status.PASS
     assert judge_container_settings(site).status is Status.PASS
+    assert judge_users_outside_groups(site).status is Status.PASS
 
 
 SUBDOMAINS = 'c.JupyterHub.subdomain_host = "https://hub.example.org"\n'

@@ -1,6 +1,8 @@
 """Reading the hub's jupyterhub_config.py without a hub."""
 
+import ast
 import socket
+import sys
 import textwrap
 from pathlib import Path
 
@@ -29,6 +31,16 @@ def test_the_example_config_offers_only_what_a_small_machine_can_serve(monkeypat
     offered = ["cpu", "gpu-1", "gpu-2", "gpu-1-turns"]
     assert [p["slug"] for p in spawner.profiles] == offered
     assert spawner.group_limits["researchers"]["profiles"] == offered
+
+
+def test_the_example_config_imports_only_gpuspawners_public_face():
+    """gpuspawner's layers are its own to move: a config takes what it needs from the top."""
+    tree = ast.parse(EXAMPLE.read_text())
+    imported = {
+        alias.name for n in ast.walk(tree) if isinstance(n, ast.Import) for alias in n.names
+    }
+    imported |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    assert imported - set(sys.stdlib_module_names) == {"gpuspawner"}
 
 
 def test_the_example_config_loads(monkeypatch):

@@ -1,10 +1,24 @@
 """The README is short and points into docs/: its links land on files and headings that
-exist, and it still opens with the two commands that run the hub and the tests."""
+exist, it still opens with the two commands that run the hub and the tests, and its
+minimal config is one a hub takes."""
 
 import re
 from pathlib import Path
 
 import pytest
+from jupyterhub.app import JupyterHub
+from jupyterhub.auth import Authenticator
+
+from gpuspawner import public
+from gpuspawner.admin import hubconfig
+from gpuspawner.admin.checks import (
+    Status,
+    judge_container_settings,
+    judge_gpu_settings,
+    judge_users_outside_groups,
+)
+from gpuspawner.config.site import GPUSite
+from gpuspawner.devices.simulated import SimulatedSource
 
 ROOT = Path(__file__).parents[2]
 README = (ROOT / "README.md").read_text()
@@ -54,3 +68,40 @@ def test_the_readme_links_every_docs_page():
     pages = {p.relative_to(ROOT).as_posix() for p in (ROOT / "docs").glob("*.md")}
     pages |= {"docs/reference/index.md"}
     assert pages <= {link.partition("#")[0] for link in LINKS}
+
+
+def minimal_config() -> str:
+    """The README's config for the common case: its one Python block."""
+    return README.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+def test_the_minimal_config_is_at_most_15_lines():
+    assert len(minimal_config().splitlines()) <= 15
+
+
+def test_the_minimal_config_runs_an_8_gpu_server_for_two_groups(tmp_path, monkeypatch):
+    monkeypatch.setattr(public, "docker_bridge_gateway", lambda: "172.17.0.1")  # no dockerd
+    path = tmp_path / "jupyterhub_config.py"
+    path.write_text(minimal_config())
+    site = hubconfig.load(path)  # as JupyterHub loads it
+    for configurable in (JupyterHub, Authenticator, type(site.spawner)):
+        written = set(site.config[configurable.__name__])
+        assert written <= set(configurable.class_traits(config=True)), configurable
+    eight = SimulatedSource(8)
+    for finding in (
+        judge_gpu_settings(site, eight),
+        judge_users_outside_groups(site),
+        judge_container_settings(site),
+    ):
+        assert finding.status is Status.PASS, finding
+    assert site.hub_address().connect_host == "172.17.0.1"
+    # as the README's words say
+    gpus = GPUSite.from_config(site.spawner, eight)
+    assert [p.slug for p in gpus.profiles] == ["cpu", "gpu-1", "gpu-2", "gpu-4", "gpu-8"]
+    student, researcher, other = (
+        gpus.limits.for_user(g) for g in (["students"], ["researchers"], [])
+    )
+    assert (student.max_gpus_per_user.value, student.quotas) == (1, {"students": 4})
+    assert student.duration("gpu_idle_timeout").value == 3600
+    assert (researcher.max_gpus_per_user.value, other.max_gpus_per_user.value) == (4, 1)
+    assert [s["name"] for s in site.config.JupyterHub.services] == ["idle-culler"]
