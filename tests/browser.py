@@ -138,19 +138,28 @@ def make_namespace() -> None:
     atexit.register(remove_namespace)
 
 
-def _namespace_alive() -> bool:
+def _pasta() -> int | None:
+    """This worker's pasta, if it runs: its pid file's process, if that is a pasta still (a
+    pid is reused once free)."""
     try:
-        os.kill(int(PASTA_PID.read_text()), 0)
+        pid = int(PASTA_PID.read_text())
+        running = Path(f"/proc/{pid}/comm").read_text().startswith(("pasta", "passt"))
     except (OSError, ValueError):
-        return False
-    return Path(f"/run/netns/{NAMESPACE}").exists()
+        return None
+    return pid if running else None
+
+
+def _namespace_alive() -> bool:
+    return _pasta() is not None and Path(f"/run/netns/{NAMESPACE}").exists()
 
 
 def remove_namespace() -> None:
     """The namespace and its pasta gone (a no-op where there is none)."""
     global _namespace_made
-    with contextlib.suppress(OSError, ValueError):
-        os.kill(int(PASTA_PID.read_text()), signal.SIGTERM)
+    pasta = _pasta()
+    if pasta is not None:
+        with contextlib.suppress(OSError):
+            os.kill(pasta, signal.SIGTERM)
     PASTA_PID.unlink(missing_ok=True)
     if Path(f"/run/netns/{NAMESPACE}").exists():
         subprocess.run(["ip", "netns", "del", NAMESPACE], capture_output=True)

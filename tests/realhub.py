@@ -271,29 +271,47 @@ class Hub:
     def stop(self) -> None:
         """A graceful stop: SIGTERM, as systemd does; then nothing of the hub's may remain."""
         if self.process and self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(60)
-            except subprocess.TimeoutExpired:
-                self.kill()
+            os.kill(self.process.pid, signal.SIGTERM)
+            if not self._exited(60):
+                os.kill(self.process.pid, signal.SIGKILL)
+                self._exited(10)
+            self._end_session()
         self._reap()
 
     def kill(self) -> None:
         """kill -9 of the hub and its proxy: nothing gets to clean up."""
         if self.process and self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait(10)
+            self._end_session()
         self._reap()
 
-    def _reap(self) -> None:
-        """Whatever the hub started goes with it, as systemd's KillMode=control-group does:
-        its session; its managed services (a culler), each in a session of its own and
-        running in the hub's folder; and its proxy, which JupyterHub starts in a session of
-        its own and names in jupyterhub-proxy.pid. A proxy that outlives its hub holds a port."""
-        if self.process is None:
-            return
+    def _exited(self, timeout: float) -> bool:
+        """Whether the hub exited within `timeout`, leaving it unreaped: until it is reaped,
+        its pid is its session's and no other process's (Linux reuses a pid once it is free,
+        and with pid_max 32768 a busy run frees thousands)."""
+        deadline = time.monotonic() + timeout
+        flags = os.WEXITED | os.WNOHANG | os.WNOWAIT
+        while os.waitid(os.P_PID, self.process.pid, flags) is None:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.05)
+        return True
+
+    def _end_session(self) -> None:
+        """SIGKILL to the hub's session, then its reaping. Only while the hub is not yet
+        reaped: a session id of a reaped hub may be another worker's hub's now, or a
+        browser's pasta (CI: a browser's connection closed mid-test on a loaded run)."""
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait(10)
+
+    def _reap(self) -> None:
+        """Whatever the hub started outside its session goes with it, as systemd's
+        KillMode=control-group does: its managed services (a culler), each in a session of
+        its own and running in the hub's folder; and its proxy, which JupyterHub starts in
+        a session of its own and names in jupyterhub-proxy.pid. A proxy that outlives its
+        hub holds a port."""
+        if self.process is None:
+            return
         for pid in processes_in({self.workdir.resolve()}):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
