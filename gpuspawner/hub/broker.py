@@ -43,8 +43,8 @@ from ..records.calendar import CalendarRecord
 from ..records.homes import HomeRecord
 from ..records.ledger import Ledger
 from ..records.line import LineRecord, Waited
+from .base.counters import ALLOCATION_SECONDS
 from .calendar import Calendar, GroupsOf, allocate_around
-from .counters import ALLOCATION_SECONDS
 from .homes import Homes
 from .jobs_part import JobsPart
 from .line import Line, WaitEnded

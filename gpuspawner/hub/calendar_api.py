@@ -38,8 +38,8 @@ from ..core.gpus import GPU
 from ..core.limits import UserLimits
 from ..core.units import Kind
 from ..core.words import count_gpus, iso_utc, listed, quoted
-from . import access
-from .api_base import JSONHandler, id_in_url
+from .base import access
+from .base.answers import JSONHandler, id_in_url
 from .broker import Broker
 
 BOOKING_KEYS = {"user", "group", "gpus", "profile", "model", "start", "end", "let_finish", "note"}

@@ -19,8 +19,8 @@ from jupyterhub.utils import url_path_join
 from tornado import web
 
 from ..core.jobs import HOLDING
-from . import access
-from .api_base import JSONHandler
+from .base import access
+from .base.answers import JSONHandler
 from .broker import Broker
 from .homes import MoveFailed, homes_json
 

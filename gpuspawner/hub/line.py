@@ -38,7 +38,7 @@ from ..core.units import Request
 from ..core.words import DEFAULT_GROUP, duration, server_name
 from ..records.line import LineRecord, Waited
 from . import line_status
-from .counters import observe_wait
+from .base.counters import observe_wait
 from .line_entry import Entry
 
 

@@ -21,8 +21,9 @@ from tornado import web
 
 from ..core.pool import Grant
 from ..core.words import server_name as named
-from . import access, notices
-from .api_base import id_in_url
+from . import notices
+from .base import access
+from .base.answers import id_in_url
 from .broker import Broker
 from .calendar_api import drain_choices, window_json
 from .homes import homes_json

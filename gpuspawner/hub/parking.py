@@ -53,8 +53,8 @@ from ..core.pool_view import DeviceState
 from ..core.words import gib
 from ..devices.checkpoint import CheckpointError, CheckpointHost, HostOf, HostUnreachable
 from ..engine.base import Seen
+from .base.counters import PARK_SECONDS, PARKS, RESTORE_SECONDS
 from .broker import Broker
-from .counters import PARK_SECONDS, PARKS, RESTORE_SECONDS
 from .monitor import Observation, processes_of
 
 LOCK_TIMEOUT_MS = 30_000  # how long the driver waits for a job's queued GPU work to drain

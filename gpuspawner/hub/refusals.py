@@ -17,7 +17,7 @@ from jupyterhub.spawner import SpawnException
 from ..core.limits import LimitExceeded
 from ..core.placement import NotEnoughGPUs
 from ..core.profiles import Profile
-from .counters import SPAWNS_REFUSED
+from .base.counters import SPAWNS_REFUSED
 from .line import WaitEnded
 
 

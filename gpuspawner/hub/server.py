@@ -37,7 +37,8 @@ from ..core.pool import Grant, Holder
 from ..core.profiles import InvalidUserOptions, Profile, choose_profile
 from ..core.units import units_in_words
 from ..core.words import duration, from_group, your_server
-from . import access, budgets, homes, line_status, notices, spawn_page, startup
+from . import budgets, homes, line_status, notices, spawn_page, startup
+from .base import access
 from .broker import Broker, BrokerNotRunning
 from .jobs import launch
 from .jobs.launch import Launch

@@ -43,17 +43,8 @@ from ..records.homes import HomeRecord
 from ..records.jobs import JobRecord
 from ..records.ledger import Ledger
 from ..records.line import LineRecord
-from . import (
-    access,
-    budgets,
-    calendar_api,
-    homes_api,
-    lease_api,
-    metrics,
-    notices,
-    pages,
-    slow_starts,
-)
+from . import budgets, calendar_api, homes_api, lease_api, metrics, notices, pages, slow_starts
+from .base import access
 from .broker import Broker, BrokerNotRunning
 from .jobs import api as jobs_api
 from .jobs.board import JobBoard

@@ -34,8 +34,8 @@ from ...core.jobs import (
 from ...core.limits import UserLimits
 from ...core.pool import Grant
 from ...records.jobs import Job, JobRecord
+from ..base.counters import JOB_PREEMPTIONS
 from ..broker import Broker
-from ..counters import JOB_PREEMPTIONS
 from ..parking import Parker
 from . import reading, words
 from .dispatching import Budget, Dispatching

@@ -19,7 +19,7 @@ from ...core.placement import NotEnoughGPUs
 from ...core.pool import Grant, Holder
 from ...core.units import Kind, Request
 from ...records.jobs import Job
-from ..counters import JOB_WAIT_SECONDS
+from ..base.counters import JOB_WAIT_SECONDS
 from ..line_entry import Entry
 from . import reading, words
 from .launch import Launch

@@ -18,8 +18,8 @@ from ...core.pool import Grant, Holder
 from ...core.units import Request
 from ...core.words import server_name
 from ...records.jobs import Job, JobRecord
+from ..base.counters import JOB_PREEMPTIONS
 from ..broker import Broker
-from ..counters import JOB_PREEMPTIONS
 from ..parking import Parker
 from . import reading, words
 from .books import JobBooks

@@ -9,8 +9,8 @@ from typing import Any
 from jupyterhub.apihandlers.base import APIHandler
 from tornado import web
 
-from ..core.ids import as_id
-from ..core.words import quoted
+from ...core.ids import as_id
+from ...core.words import quoted
 
 
 def id_in_url(text: str, what: str) -> int:
