@@ -47,7 +47,7 @@ from .base.counters import ALLOCATION_SECONDS
 from .calendar import Calendar, GroupsOf, allocate_around
 from .homes import Homes
 from .jobs_part import JobsPart
-from .line import Line, WaitEnded
+from .line.waiting import Line, WaitEnded
 from .machine import Machine
 from .recovery import KnownServers, adopt, recover_ledger
 from .refusals import Refused, refused
@@ -130,7 +130,7 @@ class Broker:
 
     @property
     def line(self) -> Line:
-        """The waiting line, to read (`line_status`); changed through the broker's methods."""
+        """The waiting line, to read (`line.status`); changed through the broker's methods."""
         return self._line
 
     @property

@@ -18,7 +18,7 @@ from ..core.limits import LimitExceeded
 from ..core.placement import NotEnoughGPUs
 from ..core.profiles import Profile
 from .base.counters import SPAWNS_REFUSED
-from .line import WaitEnded
+from .line.waiting import WaitEnded
 
 
 class Refused(Exception):

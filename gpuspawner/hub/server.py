@@ -37,11 +37,12 @@ from ..core.pool import Grant, Holder
 from ..core.profiles import InvalidUserOptions, Profile, choose_profile
 from ..core.units import units_in_words
 from ..core.words import duration, from_group, your_server
-from . import budgets, homes, line_status, notices, spawn_page, startup
+from . import budgets, homes, notices, spawn_page, startup
 from .base import access
 from .broker import Broker, BrokerNotRunning
 from .jobs import launch
 from .jobs.launch import Launch
+from .line import status as line_status
 from .refusals import Refused, failed_start, refused_start
 
 LINKS_CANNOT_START = (
@@ -254,7 +255,7 @@ class GPUServer(GPUSettings, EngineSpawner):
         return profile
 
     async def _take(self, profile: Profile, limits: UserLimits) -> Grant:
-        """GPUs from the broker; a GPU start goes through the waiting line (`hub.line`)."""
+        """GPUs from the broker; a GPU start goes through the waiting line (`hub.line.waiting`)."""
         try:
             return await self.broker.take(self.holder, profile, limits)
         except Refused as no:

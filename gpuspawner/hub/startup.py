@@ -43,12 +43,13 @@ from ..records.homes import HomeRecord
 from ..records.jobs import JobRecord
 from ..records.ledger import Ledger
 from ..records.line import LineRecord
-from . import budgets, calendar_api, homes_api, lease_api, metrics, notices, pages, slow_starts
+from . import budgets, calendar_api, homes_api, lease_api, metrics, notices, pages
 from .base import access
 from .broker import Broker, BrokerNotRunning
 from .jobs import api as jobs_api
 from .jobs.board import JobBoard
 from .jobs.launch import Launcher
+from .line import slow_starts
 from .monitor import Monitor
 from .parking import Parker
 from .reclaimer import Reclaimer

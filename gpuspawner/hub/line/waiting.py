@@ -28,18 +28,18 @@ from dataclasses import replace
 from fractions import Fraction
 from typing import Any, Protocol
 
-from ..core import line as words
-from ..core.culling import IdleClock
-from ..core.limits import LimitExceeded, UserLimits
-from ..core.line import DEFAULT_RESERVE_AFTER, LinePass, Outcome, Waiting, in_order
-from ..core.placement import NotEnoughGPUs
-from ..core.pool import Admission, Grant, Holder, Pool
-from ..core.units import Request
-from ..core.words import DEFAULT_GROUP, duration, server_name
-from ..records.line import LineRecord, Waited
-from . import line_status
-from .base.counters import observe_wait
-from .line_entry import Entry
+from ...core import line as words
+from ...core.culling import IdleClock
+from ...core.limits import LimitExceeded, UserLimits
+from ...core.line import DEFAULT_RESERVE_AFTER, LinePass, Outcome, Waiting, in_order
+from ...core.placement import NotEnoughGPUs
+from ...core.pool import Admission, Grant, Holder, Pool
+from ...core.units import Request
+from ...core.words import DEFAULT_GROUP, duration, server_name
+from ...records.line import LineRecord, Waited
+from ..base.counters import observe_wait
+from . import status as line_status
+from .entry import Entry
 
 
 class TakeNow(Protocol):

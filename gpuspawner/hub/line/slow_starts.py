@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import logging
 
-from . import line_status
-from .line import Line
+from . import status as line_status
+from .waiting import Line
 
 SLOW = "User %s is slow to start (timeout=%s)"  # JupyterHub 6.1's words (handlers/base.py)
 WAITING = "User %s is waiting in line for GPUs (place %d), not slow to start"

@@ -14,12 +14,12 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from ..core import line as words
-from ..core.culling import IdleClock
-from ..core.estimates import Holding, next_freeing
-from ..core.limits import UserLimits
-from ..core.pool_view import PoolView
-from .line_entry import Entry
+from ...core import line as words
+from ...core.culling import IdleClock
+from ...core.estimates import Holding, next_freeing
+from ...core.limits import UserLimits
+from ...core.pool_view import PoolView
+from .entry import Entry
 
 
 class Line(Protocol):

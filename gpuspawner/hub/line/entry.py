@@ -1,16 +1,16 @@
 """One start waiting in the line: what it asks for, for whom, within which limits, and the
-future its start waits on. The line keeps them (`line`); what people are told of them is
-`line_status`'s, which reads the line through its own protocol and so never imports it."""
+future its start waits on. The line keeps them (`waiting`); what people are told of them is
+`status`'s, which reads the line through its own protocol and so never imports it."""
 
 from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
 
-from ..core.limits import LimitExceeded, UserLimits
-from ..core.line import Waiting
-from ..core.pool import Grant, Holder
-from ..core.units import Request
+from ...core.limits import LimitExceeded, UserLimits
+from ...core.line import Waiting
+from ...core.pool import Grant, Holder
+from ...core.units import Request
 
 
 @dataclass(eq=False)
