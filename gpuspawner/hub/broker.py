@@ -44,7 +44,7 @@ from ..records.homes import HomeRecord
 from ..records.ledger import Ledger
 from ..records.line import LineRecord, Waited
 from .base.counters import ALLOCATION_SECONDS
-from .calendar import Calendar, GroupsOf, allocate_around
+from .calendar.windows import Calendar, GroupsOf, allocate_around
 from .homes import Homes
 from .jobs_part import JobsPart
 from .line.waiting import Line, WaitEnded

@@ -25,7 +25,7 @@ from . import notices
 from .base import access
 from .base.answers import id_in_url
 from .broker import Broker
-from .calendar_api import drain_choices, window_json
+from .calendar.api import drain_choices, window_json
 from .homes import homes_json
 from .jobs.board import JobBoard
 from .jobs.view import job_view

@@ -33,14 +33,14 @@ from jupyterhub.scopes import has_scope
 from jupyterhub.utils import url_path_join
 from tornado import web
 
-from ..core.calendar import InvalidWindow, Window
-from ..core.gpus import GPU
-from ..core.limits import UserLimits
-from ..core.units import Kind
-from ..core.words import count_gpus, iso_utc, listed, quoted
-from .base import access
-from .base.answers import JSONHandler, id_in_url
-from .broker import Broker
+from ...core.calendar import InvalidWindow, Window
+from ...core.gpus import GPU
+from ...core.limits import UserLimits
+from ...core.units import Kind
+from ...core.words import count_gpus, iso_utc, listed, quoted
+from ..base import access
+from ..base.answers import JSONHandler, id_in_url
+from ..broker import Broker
 
 BOOKING_KEYS = {"user", "group", "gpus", "profile", "model", "start", "end", "let_finish", "note"}
 DRAIN_KEYS = {"gpus", "model", "node", "all", "start", "reason"}

@@ -14,8 +14,8 @@ import math
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
 
-from ..config.site import GPUSite
-from ..core.calendar import (
+from ...config.site import GPUSite
+from ...core.calendar import (
     InvalidWindow,
     Window,
     ahead_of,
@@ -27,13 +27,13 @@ from ..core.calendar import (
     said_to,
     with_drains,
 )
-from ..core.calendar import stops_at as window_stops
-from ..core.placement import NotEnoughGPUs
-from ..core.pool import Admission, DeviceState, Grant, Holder, Pool
-from ..core.pool_view import PoolView
-from ..core.units import Request
-from ..core.usage import WEEK
-from ..records.calendar import CalendarRecord
+from ...core.calendar import stops_at as window_stops
+from ...core.placement import NotEnoughGPUs
+from ...core.pool import Admission, DeviceState, Grant, Holder, Pool
+from ...core.pool_view import PoolView
+from ...core.units import Request
+from ...core.usage import WEEK
+from ...records.calendar import CalendarRecord
 
 GroupsOf = Callable[[str], frozenset[str]]  # a user's groups, by name
 
