@@ -45,7 +45,7 @@ from ..records.ledger import Ledger
 from ..records.line import LineRecord, Waited
 from .base.counters import ALLOCATION_SECONDS
 from .calendar.windows import Calendar, GroupsOf, allocate_around
-from .homes import Homes
+from .homes.nodes import Homes
 from .jobs_part import JobsPart
 from .line.waiting import Line, WaitEnded
 from .machine import Machine

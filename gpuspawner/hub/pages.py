@@ -26,7 +26,7 @@ from .base import access
 from .base.answers import id_in_url
 from .broker import Broker
 from .calendar.api import drain_choices, window_json
-from .homes import homes_json
+from .homes.nodes import homes_json
 from .jobs.board import JobBoard
 from .jobs.view import job_view
 from .report import HolderNow, as_labelled, pool_report, usage_report

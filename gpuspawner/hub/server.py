@@ -37,9 +37,10 @@ from ..core.pool import Grant, Holder
 from ..core.profiles import InvalidUserOptions, Profile, choose_profile
 from ..core.units import units_in_words
 from ..core.words import duration, from_group, your_server
-from . import budgets, homes, notices, spawn_page, startup
+from . import budgets, notices, spawn_page, startup
 from .base import access
 from .broker import Broker, BrokerNotRunning
+from .homes import nodes as homes
 from .jobs import launch
 from .jobs.launch import Launch
 from .line import status as line_status

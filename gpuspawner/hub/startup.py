@@ -43,10 +43,11 @@ from ..records.homes import HomeRecord
 from ..records.jobs import JobRecord
 from ..records.ledger import Ledger
 from ..records.line import LineRecord
-from . import budgets, homes_api, lease_api, metrics, notices, pages
+from . import budgets, lease_api, metrics, notices, pages
 from .base import access
 from .broker import Broker, BrokerNotRunning
 from .calendar import api as calendar_api
+from .homes import api as homes_api
 from .jobs import api as jobs_api
 from .jobs.board import JobBoard
 from .jobs.launch import Launcher

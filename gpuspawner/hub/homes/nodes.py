@@ -16,14 +16,14 @@ import asyncio
 from dataclasses import replace
 from typing import Any
 
-from ..config.adapter import Mover
-from ..core.homes import Home, away_chosen, said_of
-from ..core.limits import UserLimits
-from ..core.pool_view import PoolView
-from ..core.profiles import Profile
-from ..core.words import iso_utc
-from ..engine.home_copy import DIFFERENT, NOT_EMPTY
-from ..records.homes import HomeRecord
+from ...config.adapter import Mover
+from ...core.homes import Home, away_chosen, said_of
+from ...core.limits import UserLimits
+from ...core.pool_view import PoolView
+from ...core.profiles import Profile
+from ...core.words import iso_utc
+from ...engine.home_copy import DIFFERENT, NOT_EMPTY
+from ...records.homes import HomeRecord
 
 
 class Homes:

@@ -18,11 +18,11 @@ from typing import Any
 from jupyterhub.utils import url_path_join
 from tornado import web
 
-from ..core.jobs import HOLDING
-from .base import access
-from .base.answers import JSONHandler
-from .broker import Broker
-from .homes import MoveFailed, homes_json
+from ...core.jobs import HOLDING
+from ..base import access
+from ..base.answers import JSONHandler
+from ..broker import Broker
+from .nodes import MoveFailed, homes_json
 
 KEYS = {"to", "empty_old"}
 
