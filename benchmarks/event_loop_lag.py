@@ -23,7 +23,7 @@ from gpuspawner.config.settings import GPUSettings
 from gpuspawner.config.site import GPUSite
 from gpuspawner.devices.nvml import NvmlSource
 from gpuspawner.engine.docker import DockerEngine
-from gpuspawner.hub.broker import Broker
+from gpuspawner.hub.books.broker import Broker
 from gpuspawner.hub.metrics import PoolCollector
 from gpuspawner.hub.monitor import Monitor
 

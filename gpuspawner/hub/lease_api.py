@@ -31,7 +31,7 @@ from ..core.homes import AWAY
 from ..core.lease import Lease, lease
 from ..core.profiles import InvalidUserOptions, choose_profile
 from ..core.words import duration, iso_utc
-from .broker import Broker
+from .books.broker import Broker
 
 SCOPE = "access:servers"
 REFRESH_WHILE = {"parked": 10, "restoring": 2}  # seconds: JupyterLab shows a wake promptly

@@ -25,7 +25,7 @@ from ..core.pool import DeviceState
 from ..core.units import Kind
 from ..core.words import NO_GROUP
 from .base.counters import BOOKED_GPU_SECONDS, ENGINE_ERRORS, GPU_SECONDS_BUSY, GPU_SECONDS_HELD
-from .broker import Broker, BrokerNotRunning
+from .books.broker import Broker, BrokerNotRunning
 from .line import status as line_status
 from .monitor import Observation
 

@@ -34,7 +34,7 @@ from ..core.units import Unit
 from ..core.words import duration
 from ..devices import processes
 from ..engine.base import Seen
-from .broker import Broker
+from .books.broker import Broker
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from ..core.words import server_name as named
 from . import notices
 from .base import access
 from .base.answers import id_in_url
-from .broker import Broker
+from .books.broker import Broker
 from .calendar.api import drain_choices, window_json
 from .homes.nodes import homes_json
 from .jobs.board import JobBoard

@@ -54,7 +54,7 @@ from ..core.words import gib
 from ..devices.checkpoint import CheckpointError, CheckpointHost, HostOf, HostUnreachable
 from ..engine.base import Seen
 from .base.counters import PARK_SECONDS, PARKS, RESTORE_SECONDS
-from .broker import Broker
+from .books.broker import Broker
 from .monitor import Observation, processes_of
 
 LOCK_TIMEOUT_MS = 30_000  # how long the driver waits for a job's queued GPU work to drain

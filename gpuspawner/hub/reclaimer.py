@@ -44,8 +44,8 @@ from ..core.culling import Verdict, decide, parked_too_long
 from ..core.pool import Grant
 from ..core.usage import UsageRecord
 from ..core.words import count_gpus, duration
-from . import budgets
-from .broker import Broker
+from .books import budgets
+from .books.broker import Broker
 from .monitor import Observation, processes_of
 from .parking import Parker
 

@@ -21,8 +21,8 @@ from typing import Any
 from ..core.nodes import counts_by_node
 from ..core.pool import DeviceState, Grant
 from ..core.usage import WEEK, report_rows
-from . import budgets
-from .broker import Broker
+from .books import budgets
+from .books.broker import Broker
 
 
 @dataclass(frozen=True)

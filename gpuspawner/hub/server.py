@@ -37,14 +37,15 @@ from ..core.pool import Grant, Holder
 from ..core.profiles import InvalidUserOptions, Profile, choose_profile
 from ..core.units import units_in_words
 from ..core.words import duration, from_group, your_server
-from . import budgets, notices, spawn_page, startup
+from . import notices, spawn_page, startup
 from .base import access
-from .broker import Broker, BrokerNotRunning
+from .books import budgets
+from .books.broker import Broker, BrokerNotRunning
+from .books.refusals import Refused, failed_start, refused_start
 from .homes import nodes as homes
 from .jobs import launch
 from .jobs.launch import Launch
 from .line import status as line_status
-from .refusals import Refused, failed_start, refused_start
 
 LINKS_CANNOT_START = (
     "A link cannot start a server: check the choice below and press Start. "

@@ -43,9 +43,12 @@ from ..records.homes import HomeRecord
 from ..records.jobs import JobRecord
 from ..records.ledger import Ledger
 from ..records.line import LineRecord
-from . import budgets, lease_api, metrics, notices, pages
+from . import lease_api, metrics, notices, pages
 from .base import access
-from .broker import Broker, BrokerNotRunning
+from .books import budgets
+from .books.broker import Broker, BrokerNotRunning
+from .books.recovery import KnownServers
+from .books.refusals import RefusalsAreNotFaults
 from .calendar import api as calendar_api
 from .homes import api as homes_api
 from .jobs import api as jobs_api
@@ -55,8 +58,6 @@ from .line import slow_starts
 from .monitor import Monitor
 from .parking import Parker
 from .reclaimer import Reclaimer
-from .recovery import KnownServers
-from .refusals import RefusalsAreNotFaults
 
 SUPPORTED_MAJOR_VERSIONS = (6,)
 

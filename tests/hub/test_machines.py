@@ -24,7 +24,7 @@ from gpuspawner.core.pool import Grant, Holder
 from gpuspawner.core.units import Request
 from gpuspawner.devices.simulated import SimulatedSource
 from gpuspawner.hub import form, pages
-from gpuspawner.hub.broker import Broker
+from gpuspawner.hub.books.broker import Broker
 from gpuspawner.hub.engines.docker import GPUSpawner
 from gpuspawner.hub.monitor import Monitor
 from gpuspawner.hub.report import pool_report

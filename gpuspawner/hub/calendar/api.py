@@ -40,7 +40,7 @@ from ...core.units import Kind
 from ...core.words import count_gpus, iso_utc, listed, quoted
 from ..base import access
 from ..base.answers import JSONHandler, id_in_url
-from ..broker import Broker
+from ..books.broker import Broker
 
 BOOKING_KEYS = {"user", "group", "gpus", "profile", "model", "start", "end", "let_finish", "note"}
 DRAIN_KEYS = {"gpus", "model", "node", "all", "start", "reason"}

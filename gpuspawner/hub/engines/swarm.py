@@ -44,8 +44,8 @@ from ...engine.docker import api_client
 from ...engine.labels import LABEL_JOB
 from ...engine.swarm import HOLDING, SwarmEngine, isolate_service, read_node
 from ...engine.swarmspec import job_service
+from ..books.refusals import failed_start
 from ..jobs.launch import Launch
-from ..refusals import failed_start
 from .docker import GPUSpawner
 
 

@@ -21,7 +21,7 @@ from tornado import web
 from ...core.jobs import HOLDING
 from ..base import access
 from ..base.answers import JSONHandler
-from ..broker import Broker
+from ..books.broker import Broker
 from .nodes import MoveFailed, homes_json
 
 KEYS = {"to", "empty_old"}

@@ -39,7 +39,7 @@ from ...core.words import quoted
 from ...records.jobs import Job
 from ..base import access
 from ..base.answers import JSONHandler, id_in_url
-from ..broker import Broker
+from ..books.broker import Broker
 from .board import JobBoard
 from .view import job_view
 

@@ -35,7 +35,7 @@ from ...core.limits import UserLimits
 from ...core.pool import Grant
 from ...records.jobs import Job, JobRecord
 from ..base.counters import JOB_PREEMPTIONS
-from ..broker import Broker
+from ..books.broker import Broker
 from ..parking import Parker
 from . import reading, words
 from .dispatching import Budget, Dispatching

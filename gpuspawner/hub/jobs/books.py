@@ -13,7 +13,7 @@ from ...core.jobs import HOLDING, Event, step
 from ...core.pool import Grant
 from ...records.jobs import Job, JobRecord
 from ..base.counters import JOB_GPU_SECONDS, JOB_RUN_SECONDS, JOBS_ENDED
-from ..broker import Broker
+from ..books.broker import Broker
 from .launch import Launcher
 
 

@@ -19,7 +19,7 @@ from ...core.units import Request
 from ...core.words import server_name
 from ...records.jobs import Job, JobRecord
 from ..base.counters import JOB_PREEMPTIONS
-from ..broker import Broker
+from ..books.broker import Broker
 from ..parking import Parker
 from . import reading, words
 from .books import JobBooks

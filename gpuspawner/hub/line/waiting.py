@@ -7,7 +7,7 @@ core's rule (`core.line`: priority, then recent GPU-hours, then arrival;
 backfill, then a reservation for a head that has waited `reserve_after`).
 
 The line never polls. A pass runs when something happens that can let a
-waiter start: Docker confirms a release (`hub.removals`), a server ends (its
+waiter start: Docker confirms a release (`hub.books.removals`), a server ends (its
 group's quota has room again), the monitor has looked at the machine (health,
 GPUs used outside JupyterHub), someone joins or leaves the line. In that pass
 each waiter whose turn has come gets its GPUs from the pool (one atomic step

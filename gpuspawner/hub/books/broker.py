@@ -25,29 +25,29 @@ from dataclasses import replace
 from types import MappingProxyType
 from typing import Any, ClassVar
 
-from ..config.adapter import Mover
-from ..config.site import GPUSite
-from ..core.culling import IdleClock
-from ..core.gpus import Telemetry
-from ..core.limits import LimitExceeded, UserLimits
-from ..core.line import DEFAULT_RESERVE_AFTER
-from ..core.placement import NotEnoughGPUs
-from ..core.pool import Admission, Grant, Holder
-from ..core.pool_view import PoolView
-from ..core.profiles import Profile
-from ..core.silence import Silence, Silences
-from ..core.units import Request, Unit
-from ..core.usage import DEFAULT_HALF_LIFE, decayed_gpu_hours
-from ..engine.base import Engine, LookPast, Seen
-from ..records.calendar import CalendarRecord
-from ..records.homes import HomeRecord
-from ..records.ledger import Ledger
-from ..records.line import LineRecord, Waited
-from .base.counters import ALLOCATION_SECONDS
-from .calendar.windows import Calendar, GroupsOf, allocate_around
-from .homes.nodes import Homes
+from ...config.adapter import Mover
+from ...config.site import GPUSite
+from ...core.culling import IdleClock
+from ...core.gpus import Telemetry
+from ...core.limits import LimitExceeded, UserLimits
+from ...core.line import DEFAULT_RESERVE_AFTER
+from ...core.placement import NotEnoughGPUs
+from ...core.pool import Admission, Grant, Holder
+from ...core.pool_view import PoolView
+from ...core.profiles import Profile
+from ...core.silence import Silence, Silences
+from ...core.units import Request, Unit
+from ...core.usage import DEFAULT_HALF_LIFE, decayed_gpu_hours
+from ...engine.base import Engine, LookPast, Seen
+from ...records.calendar import CalendarRecord
+from ...records.homes import HomeRecord
+from ...records.ledger import Ledger
+from ...records.line import LineRecord, Waited
+from ..base.counters import ALLOCATION_SECONDS
+from ..calendar.windows import Calendar, GroupsOf, allocate_around
+from ..homes.nodes import Homes
+from ..line.waiting import Line, WaitEnded
 from .jobs_part import JobsPart
-from .line.waiting import Line, WaitEnded
 from .machine import Machine
 from .recovery import KnownServers, adopt, recover_ledger
 from .refusals import Refused, refused

@@ -17,11 +17,11 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from ..config.site import GPUSite
-from ..core.pool import AlreadyHolding, Holder, Pool
-from ..core.words import at_clock
-from ..engine.base import Seen
-from ..records.ledger import Ledger
+from ...config.site import GPUSite
+from ...core.pool import AlreadyHolding, Holder, Pool
+from ...core.words import at_clock
+from ...engine.base import Seen
+from ...records.ledger import Ledger
 from .removals import Removals
 
 

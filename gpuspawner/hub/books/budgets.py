@@ -15,11 +15,11 @@ from typing import Any
 
 from jupyterhub import orm
 
-from ..core.budgets import Standing, standing
-from ..core.limits import UserLimits
-from ..core.profiles import Profile
-from ..core.usage import WEEK, UsageRecord
-from ..core.words import DEFAULT_GROUP
+from ...core.budgets import Standing, standing
+from ...core.limits import UserLimits
+from ...core.profiles import Profile
+from ...core.usage import WEEK, UsageRecord
+from ...core.words import DEFAULT_GROUP
 from .broker import Broker
 
 

@@ -14,11 +14,11 @@ from collections.abc import Sequence
 
 from jupyterhub.spawner import SpawnException
 
-from ..core.limits import LimitExceeded
-from ..core.placement import NotEnoughGPUs
-from ..core.profiles import Profile
-from .base.counters import SPAWNS_REFUSED
-from .line.waiting import WaitEnded
+from ...core.limits import LimitExceeded
+from ...core.placement import NotEnoughGPUs
+from ...core.profiles import Profile
+from ..base.counters import SPAWNS_REFUSED
+from ..line.waiting import WaitEnded
 
 
 class Refused(Exception):

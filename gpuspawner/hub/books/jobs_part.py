@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol
 
-from ..core.pool import Grant
+from ...core.pool import Grant
 
 if TYPE_CHECKING:
-    from ..records.jobs import Job
-    from .jobs.launch import Launch
+    from ...records.jobs import Job
+    from ..jobs.launch import Launch
 
 
 class JobsPart(Protocol):

@@ -10,11 +10,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 
-from ..config.site import GPUSite
-from ..core.gpus import Telemetry
-from ..core.pool import GONE, Pool
-from ..core.units import Kind, Unit
-from ..engine.base import LookPast, Seen
+from ...config.site import GPUSite
+from ...core.gpus import Telemetry
+from ...core.pool import GONE, Pool
+from ...core.units import Kind, Unit
+from ...engine.base import LookPast, Seen
 
 
 class Machine:

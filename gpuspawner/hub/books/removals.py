@@ -14,9 +14,9 @@ import logging
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
 
-from ..core.pool import Grant, Pool
-from ..engine.base import Engine
-from ..records.ledger import Ledger
+from ...core.pool import Grant, Pool
+from ...engine.base import Engine
+from ...records.ledger import Ledger
 
 
 class Removals:
