@@ -55,7 +55,7 @@ from ..devices.checkpoint import CheckpointError, CheckpointHost, HostOf, HostUn
 from ..engine.base import Seen
 from .base.counters import PARK_SECONDS, PARKS, RESTORE_SECONDS
 from .books.broker import Broker
-from .monitor import Observation, processes_of
+from .watch.monitor import Observation, processes_of
 
 LOCK_TIMEOUT_MS = 30_000  # how long the driver waits for a job's queued GPU work to drain
 

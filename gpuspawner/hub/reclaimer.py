@@ -46,8 +46,8 @@ from ..core.usage import UsageRecord
 from ..core.words import count_gpus, duration
 from .books import budgets
 from .books.broker import Broker
-from .monitor import Observation, processes_of
 from .parking import Parker
+from .watch.monitor import Observation, processes_of
 
 
 @dataclass

@@ -43,7 +43,7 @@ from ..records.homes import HomeRecord
 from ..records.jobs import JobRecord
 from ..records.ledger import Ledger
 from ..records.line import LineRecord
-from . import lease_api, metrics, notices, pages
+from . import lease_api, notices, pages
 from .base import access
 from .books import budgets
 from .books.broker import Broker, BrokerNotRunning
@@ -55,9 +55,10 @@ from .jobs import api as jobs_api
 from .jobs.board import JobBoard
 from .jobs.launch import Launcher
 from .line import slow_starts
-from .monitor import Monitor
 from .parking import Parker
 from .reclaimer import Reclaimer
+from .watch import metrics
+from .watch.monitor import Monitor
 
 SUPPORTED_MAJOR_VERSIONS = (6,)
 

@@ -26,8 +26,8 @@ from gpuspawner.devices.simulated import SimulatedSource
 from gpuspawner.hub import form, pages
 from gpuspawner.hub.books.broker import Broker
 from gpuspawner.hub.engines.docker import GPUSpawner
-from gpuspawner.hub.monitor import Monitor
 from gpuspawner.hub.report import pool_report
+from gpuspawner.hub.watch.monitor import Monitor
 
 LOG = logging.getLogger("test")
 LIMITS = {

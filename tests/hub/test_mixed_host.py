@@ -23,8 +23,8 @@ from gpuspawner.hub import form
 from gpuspawner.hub.books.broker import Broker
 from gpuspawner.hub.books.recovery import KnownServers
 from gpuspawner.hub.lease_api import lease_of
-from gpuspawner.hub.monitor import Monitor, Observation
 from gpuspawner.hub.report import pool_report
+from gpuspawner.hub.watch.monitor import Monitor, Observation
 from gpuspawner.records.ledger import Ledger
 
 LOG = logging.getLogger("test")

@@ -20,13 +20,13 @@ from prometheus_client import REGISTRY
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from ..core.jobs import FINAL, IGNORED, JobState
-from ..core.pool import DeviceState
-from ..core.units import Kind
-from ..core.words import NO_GROUP
-from .base.counters import BOOKED_GPU_SECONDS, ENGINE_ERRORS, GPU_SECONDS_BUSY, GPU_SECONDS_HELD
-from .books.broker import Broker, BrokerNotRunning
-from .line import status as line_status
+from ...core.jobs import FINAL, IGNORED, JobState
+from ...core.pool import DeviceState
+from ...core.units import Kind
+from ...core.words import NO_GROUP
+from ..base.counters import BOOKED_GPU_SECONDS, ENGINE_ERRORS, GPU_SECONDS_BUSY, GPU_SECONDS_HELD
+from ..books.broker import Broker, BrokerNotRunning
+from ..line import status as line_status
 from .monitor import Observation
 
 GPU_LABELS = ["uuid", "index", "model"]

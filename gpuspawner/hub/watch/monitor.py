@@ -27,14 +27,14 @@ from dataclasses import dataclass, field, replace
 
 from tornado.ioloop import PeriodicCallback
 
-from ..core.culling import Busyness, combined
-from ..core.gpus import Telemetry
-from ..core.pool import Grant
-from ..core.units import Unit
-from ..core.words import duration
-from ..devices import processes
-from ..engine.base import Seen
-from .books.broker import Broker
+from ...core.culling import Busyness, combined
+from ...core.gpus import Telemetry
+from ...core.pool import Grant
+from ...core.units import Unit
+from ...core.words import duration
+from ...devices import processes
+from ...engine.base import Seen
+from ..books.broker import Broker
 
 
 @dataclass(frozen=True)
