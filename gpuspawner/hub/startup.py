@@ -55,8 +55,8 @@ from .jobs import api as jobs_api
 from .jobs.board import JobBoard
 from .jobs.launch import Launcher
 from .line import slow_starts
-from .parking import Parker
-from .reclaimer import Reclaimer
+from .reclaim.parking import Parker
+from .reclaim.reclaimer import Reclaimer
 from .watch import metrics
 from .watch.monitor import Monitor
 

@@ -12,7 +12,7 @@ from gpuspawner.config.settings import GPUSettings
 from gpuspawner.core.pool import DeviceState, Grant, Holder
 from gpuspawner.engine import docker as engine
 from gpuspawner.hub.books.broker import Broker
-from gpuspawner.hub.reclaimer import Reclaimer
+from gpuspawner.hub.reclaim.reclaimer import Reclaimer
 from gpuspawner.hub.watch.monitor import Monitor, Observation
 from gpuspawner.records.ledger import Ledger
 

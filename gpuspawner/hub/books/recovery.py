@@ -6,7 +6,7 @@ removed, its GPUs held (stopping) until the engine confirms it gone; anything el
 reaches a GPU keeps it out of the pool. The servers JupyterHub says run are adopted
 first, so that a stale container of an ended server (or one forged with access to
 Docker) never takes a live server's GPUs: it is removed, holding nothing. A server whose
-GPU work the checkpoint driver holds parked (its word, read by `hub.parking` before
+GPU work the checkpoint driver holds parked (its word, read by `hub.reclaim.parking` before
 this) is adopted parked: bound to its GPUs, which another server may hold meanwhile. The
 usage ledger closes the grants that ended while the hub was away.
 """

@@ -36,7 +36,7 @@ from ...core.pool import Grant
 from ...records.jobs import Job, JobRecord
 from ..base.counters import JOB_PREEMPTIONS
 from ..books.broker import Broker
-from ..parking import Parker
+from ..reclaim.parking import Parker
 from . import reading, words
 from .dispatching import Budget, Dispatching
 from .giving_way import Rules

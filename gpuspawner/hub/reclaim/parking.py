@@ -46,16 +46,16 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ..core.grants import Grant
-from ..core.parking import TURN_QUANTUM, Residency, after
-from ..core.pool import NotParkable, StillLent
-from ..core.pool_view import DeviceState
-from ..core.words import gib
-from ..devices.checkpoint import CheckpointError, CheckpointHost, HostOf, HostUnreachable
-from ..engine.base import Seen
-from .base.counters import PARK_SECONDS, PARKS, RESTORE_SECONDS
-from .books.broker import Broker
-from .watch.monitor import Observation, processes_of
+from ...core.grants import Grant
+from ...core.parking import TURN_QUANTUM, Residency, after
+from ...core.pool import NotParkable, StillLent
+from ...core.pool_view import DeviceState
+from ...core.words import gib
+from ...devices.checkpoint import CheckpointError, CheckpointHost, HostOf, HostUnreachable
+from ...engine.base import Seen
+from ..base.counters import PARK_SECONDS, PARKS, RESTORE_SECONDS
+from ..books.broker import Broker
+from ..watch.monitor import Observation, processes_of
 
 LOCK_TIMEOUT_MS = 30_000  # how long the driver waits for a job's queued GPU work to drain
 

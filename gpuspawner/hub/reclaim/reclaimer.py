@@ -14,7 +14,7 @@ Whether a server's GPUs are busy is the monitor's word (`Observation.busy`): a
 slot of a shared GPU is busy by its server's own processes only, so one busy
 server does not keep its idle neighbours from being culled.
 
-With parking on, a server past its `gpu_idle_timeout` is parked instead (`hub.parking`):
+With parking on, a server past its `gpu_idle_timeout` is parked instead (`hub.reclaim.parking`):
 its kernel lives, its GPUs may run jobs, and it wakes when its user runs a cell or a
 process of it opens its GPU. Parked longer than its group's `max_parked` (or past its
 `max_age`), it is stopped as without parking.
@@ -39,15 +39,15 @@ from typing import Any
 
 from jupyterhub.utils import utcnow
 
-from ..core.calendar import Window, stop_reason
-from ..core.culling import Verdict, decide, parked_too_long
-from ..core.pool import Grant
-from ..core.usage import UsageRecord
-from ..core.words import count_gpus, duration
-from .books import budgets
-from .books.broker import Broker
+from ...core.calendar import Window, stop_reason
+from ...core.culling import Verdict, decide, parked_too_long
+from ...core.pool import Grant
+from ...core.usage import UsageRecord
+from ...core.words import count_gpus, duration
+from ..books import budgets
+from ..books.broker import Broker
+from ..watch.monitor import Observation, processes_of
 from .parking import Parker
-from .watch.monitor import Observation, processes_of
 
 
 @dataclass
