@@ -21,7 +21,6 @@ from tornado import web
 
 from ..core.pool import Grant
 from ..core.words import server_name as named
-from . import notices
 from .base import access
 from .base.answers import id_in_url
 from .books.broker import Broker
@@ -30,6 +29,7 @@ from .homes.nodes import homes_json
 from .jobs.board import JobBoard
 from .jobs.view import job_view
 from .report import HolderNow, as_labelled, pool_report, usage_report
+from .spawn import notices
 
 TEMPLATES = str(Path(__file__).with_name("templates"))
 ENDED_JOBS_SHOWN = 24 * 3600.0  # seconds: the GPUs page lists the jobs that ended this recently

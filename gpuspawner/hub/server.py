@@ -37,7 +37,7 @@ from ..core.pool import Grant, Holder
 from ..core.profiles import InvalidUserOptions, Profile, choose_profile
 from ..core.units import units_in_words
 from ..core.words import duration, from_group, your_server
-from . import notices, spawn_page, startup
+from . import startup
 from .base import access
 from .books import budgets
 from .books.broker import Broker, BrokerNotRunning
@@ -46,6 +46,8 @@ from .homes import nodes as homes
 from .jobs import launch
 from .jobs.launch import Launch
 from .line import status as line_status
+from .spawn import notices
+from .spawn import page as spawn_page
 
 LINKS_CANNOT_START = (
     "A link cannot start a server: check the choice below and press Start. "

@@ -43,7 +43,7 @@ from ..records.homes import HomeRecord
 from ..records.jobs import JobRecord
 from ..records.ledger import Ledger
 from ..records.line import LineRecord
-from . import lease_api, notices, pages
+from . import lease_api, pages
 from .base import access
 from .books import budgets
 from .books.broker import Broker, BrokerNotRunning
@@ -57,6 +57,7 @@ from .jobs.launch import Launcher
 from .line import slow_starts
 from .reclaim.parking import Parker
 from .reclaim.reclaimer import Reclaimer
+from .spawn import notices
 from .watch import metrics
 from .watch.monitor import Monitor
 

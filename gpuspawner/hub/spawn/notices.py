@@ -20,11 +20,11 @@ from jupyterhub import orm
 from jupyterhub.utils import url_escape_path, url_path_join
 from tornado.httputil import url_concat
 
-from ..core.limits import UserLimits
-from ..core.line import ended_by_restart
-from ..core.pool_view import PoolView
-from ..core.profiles import Profile
-from ..records.line import Waited
+from ...core.limits import UserLimits
+from ...core.line import ended_by_restart
+from ...core.pool_view import PoolView
+from ...core.profiles import Profile
+from ...records.line import Waited
 from .form import NoticeRow, why_not_now
 
 STATE_NOTICE = "stop_notice"

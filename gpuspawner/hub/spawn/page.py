@@ -11,11 +11,11 @@ from typing import Any
 
 from jupyterhub.utils import url_escape_path, url_path_join
 
-from ..core.limits import UserLimits
+from ...core.limits import UserLimits
+from ..books import budgets
+from ..books.broker import Broker
+from ..line import status as line_status
 from . import form, notices
-from .books import budgets
-from .books.broker import Broker
-from .line import status as line_status
 
 RESTART_ON = "restart_on"  # the form button of a stop notice: start that server on this profile
 

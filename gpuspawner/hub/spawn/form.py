@@ -12,12 +12,12 @@ from dataclasses import dataclass
 
 import jinja2
 
-from ..core.limits import LimitExceeded, UserLimits
-from ..core.nodes import Count, counts_by_node
-from ..core.pool_view import DeviceState, PoolView
-from ..core.profiles import Profile, default_profile
-from ..core.units import Unit
-from ..core.words import amount, count_gpus, duration, from_group, your_server
+from ...core.limits import LimitExceeded, UserLimits
+from ...core.nodes import Count, counts_by_node
+from ...core.pool_view import DeviceState, PoolView
+from ...core.profiles import Profile, default_profile
+from ...core.units import Unit
+from ...core.words import amount, count_gpus, duration, from_group, your_server
 
 TEMPLATE = "gpuspawner_form.html"
 WAIT = "If you start it now, you wait in line"  # then until what, and for how long at most
@@ -230,6 +230,9 @@ def _environment(template_paths: tuple[str, ...]) -> jinja2.Environment:
     Jinja still rereads an admin's template when its file changes.
     """
     loader = jinja2.ChoiceLoader(
-        [jinja2.FileSystemLoader(list(template_paths)), jinja2.PackageLoader("gpuspawner.hub")]
+        [
+            jinja2.FileSystemLoader(list(template_paths)),
+            jinja2.PackageLoader("gpuspawner.hub.spawn"),
+        ]
     )
     return jinja2.Environment(loader=loader, autoescape=True)
