@@ -43,7 +43,6 @@ from ..records.homes import HomeRecord
 from ..records.jobs import JobRecord
 from ..records.ledger import Ledger
 from ..records.line import LineRecord
-from . import lease_api, pages
 from .base import access
 from .books import budgets
 from .books.broker import Broker, BrokerNotRunning
@@ -60,6 +59,8 @@ from .reclaim.reclaimer import Reclaimer
 from .spawn import notices
 from .watch import metrics
 from .watch.monitor import Monitor
+from .web import lease as lease_api
+from .web import pages
 
 SUPPORTED_MAJOR_VERSIONS = (6,)
 

@@ -32,7 +32,7 @@ from gpuspawner.engine.shared_homes import MARKER
 from gpuspawner.engine.swarm import SwarmNode
 from gpuspawner.hub.engines.swarm import SwarmGPUSpawner, first_home
 from gpuspawner.hub.homes import nodes as homes
-from gpuspawner.hub.report import pool_report
+from gpuspawner.hub.web.report import pool_report
 from gpuspawner.records.homes import HomeRecord
 
 

@@ -21,10 +21,10 @@ from gpuspawner.core.units import Kind, Request
 from gpuspawner.engine import docker as engine
 from gpuspawner.hub.books.broker import Broker
 from gpuspawner.hub.books.recovery import KnownServers
-from gpuspawner.hub.lease_api import lease_of
-from gpuspawner.hub.report import pool_report
 from gpuspawner.hub.spawn import form
 from gpuspawner.hub.watch.monitor import Monitor, Observation
+from gpuspawner.hub.web.lease import lease_of
+from gpuspawner.hub.web.report import pool_report
 from gpuspawner.records.ledger import Ledger
 
 LOG = logging.getLogger("test")

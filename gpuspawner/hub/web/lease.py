@@ -27,11 +27,11 @@ from jupyterhub.scopes import has_scope
 from jupyterhub.utils import url_path_join
 from tornado import web
 
-from ..core.homes import AWAY
-from ..core.lease import Lease, lease
-from ..core.profiles import InvalidUserOptions, choose_profile
-from ..core.words import duration, iso_utc
-from .books.broker import Broker
+from ...core.homes import AWAY
+from ...core.lease import Lease, lease
+from ...core.profiles import InvalidUserOptions, choose_profile
+from ...core.words import duration, iso_utc
+from ..books.broker import Broker
 
 SCOPE = "access:servers"
 REFRESH_WHILE = {"parked": 10, "restoring": 2}  # seconds: JupyterLab shows a wake promptly

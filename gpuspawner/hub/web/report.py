@@ -18,11 +18,11 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from ..core.nodes import counts_by_node
-from ..core.pool import DeviceState, Grant
-from ..core.usage import WEEK, report_rows
-from .books import budgets
-from .books.broker import Broker
+from ...core.nodes import counts_by_node
+from ...core.pool import DeviceState, Grant
+from ...core.usage import WEEK, report_rows
+from ..books import budgets
+from ..books.broker import Broker
 
 
 @dataclass(frozen=True)

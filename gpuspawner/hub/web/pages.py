@@ -19,17 +19,17 @@ from jupyterhub.scopes import needs_scope
 from jupyterhub.utils import url_escape_path, url_path_join
 from tornado import web
 
-from ..core.pool import Grant
-from ..core.words import server_name as named
-from .base import access
-from .base.answers import id_in_url
-from .books.broker import Broker
-from .calendar.api import drain_choices, window_json
-from .homes.nodes import homes_json
-from .jobs.board import JobBoard
-from .jobs.view import job_view
+from ...core.pool import Grant
+from ...core.words import server_name as named
+from ..base import access
+from ..base.answers import id_in_url
+from ..books.broker import Broker
+from ..calendar.api import drain_choices, window_json
+from ..homes.nodes import homes_json
+from ..jobs.board import JobBoard
+from ..jobs.view import job_view
+from ..spawn import notices
 from .report import HolderNow, as_labelled, pool_report, usage_report
-from .spawn import notices
 
 TEMPLATES = str(Path(__file__).with_name("templates"))
 ENDED_JOBS_SHOWN = 24 * 3600.0  # seconds: the GPUs page lists the jobs that ended this recently
