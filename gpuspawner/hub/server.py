@@ -49,22 +49,12 @@ from .line import status as line_status
 from .spawn import notices
 from .spawn import page as spawn_page
 
-LINKS_CANNOT_START = (
-    "A link cannot start a server: check the choice below and press Start. "
-    "(GPU servers start only from this form, or through the REST API with a token.)"
-)
-
-
 T = TypeVar("T")
 
 if TYPE_CHECKING:  # what GPUServer is put before; at run time a mixin, as JupyterHub wants
     from jupyterhub.spawner import Spawner as EngineSpawner  # its subclasses to define poll
 else:
     EngineSpawner = object
-
-
-class QueryCannotSpawn(Exception):
-    """GET /hub/spawn?… tried to start a server: only a form POST or the API may."""
 
 
 @dataclass
@@ -148,7 +138,7 @@ class GPUServer(GPUSettings, EngineSpawner):
 
         The hub then shows the form, with the link's profile chosen, for the user to confirm.
         """
-        raise QueryCannotSpawn(LINKS_CANNOT_START)
+        raise spawn_page.QueryCannotSpawn(spawn_page.LINKS_CANNOT_START)
 
     # --- who this server is, to the broker ----------------------------------
     @property

@@ -18,6 +18,14 @@ from ..line import status as line_status
 from . import form, notices
 
 RESTART_ON = "restart_on"  # the form button of a stop notice: start that server on this profile
+LINKS_CANNOT_START = (
+    "A link cannot start a server: check the choice below and press Start. "
+    "(GPU servers start only from this form, or through the REST API with a token.)"
+)
+
+
+class QueryCannotSpawn(Exception):
+    """GET /hub/spawn?… tried to start a server: only a form POST or the API may."""
 
 
 def render(
