@@ -23,9 +23,9 @@ from gpuspawner.config.settings import GPUSettings
 from gpuspawner.config.site import GPUSite
 from gpuspawner.devices.nvml import NvmlSource
 from gpuspawner.engine.docker import DockerEngine
-from gpuspawner.hub.broker import Broker
-from gpuspawner.hub.metrics import PoolCollector
-from gpuspawner.hub.monitor import Monitor
+from gpuspawner.hub.books.broker import Broker
+from gpuspawner.hub.watch.metrics import PoolCollector
+from gpuspawner.hub.watch.monitor import Monitor
 
 GPUS = 64
 CALL_SECONDS = 100e-6

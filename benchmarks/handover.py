@@ -39,7 +39,7 @@ from gpuspawner.config.settings import GPUSettings
 from gpuspawner.config.site import GPUSite
 from gpuspawner.core.pool import Grant, Holder
 from gpuspawner.core.units import Request
-from gpuspawner.hub.broker import Broker
+from gpuspawner.hub.books.broker import Broker
 
 GPUS = 4
 WAIT = {"max_wait": 3600}

@@ -9,7 +9,7 @@ from gpuspawner.config.settings import GPUSettings
 from gpuspawner.config.site import GPUSite
 from gpuspawner.devices.source import GPUSource
 from gpuspawner.engine.base import Engine
-from gpuspawner.hub.broker import Broker
+from gpuspawner.hub.books.broker import Broker
 
 HUB = "jupyter"  # c.DockerSpawner.prefix, as the labels of the hub's containers say it
 LOG = logging.getLogger("test")

@@ -26,7 +26,7 @@ from traitlets.config import Config
 
 from gpuspawner.engine.docker import bridge_gateway
 from gpuspawner.hub import startup
-from gpuspawner.hub.broker import Broker, BrokerNotRunning
+from gpuspawner.hub.books.broker import Broker, BrokerNotRunning
 from gpuspawner.hub.engines.docker import GPUSpawner
 
 # A notebook stand-in that starts in a blink: any answer but a 5xx tells the hub a server is up.

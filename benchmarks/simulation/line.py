@@ -4,7 +4,7 @@ With a line, a start that finds no room is not refused: it waits in line, and
 every minute `line.in_order` orders the line (recent GPU-hours from the
 grants' `usage.UsageRecord`s, decayed with `usage.decayed_gpu_hours`) and
 `line.starting_now` says who starts, with backfill and a reservation for
-whoever has waited long. The hub's line (`hub.line`) runs the same
+whoever has waited long. The hub's line (`hub.line.waiting`) runs the same
 functions on events instead of every minute. The documented team has no group
 priorities, so all wait at priority 0.
 """

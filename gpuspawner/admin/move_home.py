@@ -1,6 +1,6 @@
 """`gpuspawner move-home USER --to NODE`: a user's home to another swarm node, through the
 hub (which copies it, checks the copy and keeps the record of where each home is; see
-`hub.homes_api`). The hub and an admin's token come from --api-url and --token, else from
+`hub.homes.api`). The hub and an admin's token come from --api-url and --token, else from
 JUPYTERHUB_API_URL and JUPYTERHUB_API_TOKEN."""
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 A named volume lives on the node that made it. Where homes are not on shared storage, a
 user's servers go where their home is, so that nobody opens JupyterLab to an empty home:
 their first server's node becomes their home's, and every later start (a job's too) may
-take GPUs only there. Pure: the hub keeps the homes (`hub.homes`), the records write them
+take GPUs only there. Pure: the hub keeps the homes (`hub.homes.nodes`), the records write them
 down (`records.homes`).
 """
 

@@ -1,6 +1,6 @@
 """The pool as everyone but its owner sees it: answers, never changes.
 
-The broker owns the pool (`hub.broker`); the form, the pages, the metrics and the
+The broker owns the pool (`hub.books.broker`); the form, the pages, the metrics and the
 waiting line's estimates read it through this view, so that a change to the books
 can only come through the broker's own calls (mypy checks it).
 """

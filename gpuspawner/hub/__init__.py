@@ -1,2 +1,5 @@
-"""Inside the hub: the spawner, the broker that owns the GPU books, the monitor and the
-reclaimer, the GPU pages, the metrics and the templates."""
+"""Inside the hub: the spawner (`server`), what wires gpuspawner into JupyterHub's start
+(`startup`), jupyterhub-idle-culler as a service (`culler`), and the rooms, one capability
+each with its API and pages: `engines`, `web`, `spawn`, `jobs`, `calendar`, `homes`,
+`reclaim`, `watch`, `books`, `line` and `base`. A room reads only the rooms below it
+(docs/architecture.md, "The hub's rooms"; import-linter checks it)."""

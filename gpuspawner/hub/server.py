@@ -37,17 +37,17 @@ from ..core.pool import Grant, Holder
 from ..core.profiles import InvalidUserOptions, Profile, choose_profile
 from ..core.units import units_in_words
 from ..core.words import duration, from_group, your_server
-from . import access, budgets, homes, line_status, notices, spawn_page, startup
-from .broker import Broker, BrokerNotRunning
+from . import startup
+from .base import access
+from .books import budgets
+from .books.broker import Broker, BrokerNotRunning
+from .books.refusals import Refused, failed_start, refused_start
+from .homes import nodes as homes
 from .jobs import launch
 from .jobs.launch import Launch
-from .refusals import Refused, failed_start, refused_start
-
-LINKS_CANNOT_START = (
-    "A link cannot start a server: check the choice below and press Start. "
-    "(GPU servers start only from this form, or through the REST API with a token.)"
-)
-
+from .line import status as line_status
+from .spawn import notices
+from .spawn import page as spawn_page
 
 T = TypeVar("T")
 
@@ -55,10 +55,6 @@ if TYPE_CHECKING:  # what GPUServer is put before; at run time a mixin, as Jupyt
     from jupyterhub.spawner import Spawner as EngineSpawner  # its subclasses to define poll
 else:
     EngineSpawner = object
-
-
-class QueryCannotSpawn(Exception):
-    """GET /hub/spawn?… tried to start a server: only a form POST or the API may."""
 
 
 @dataclass
@@ -142,7 +138,7 @@ class GPUServer(GPUSettings, EngineSpawner):
 
         The hub then shows the form, with the link's profile chosen, for the user to confirm.
         """
-        raise QueryCannotSpawn(LINKS_CANNOT_START)
+        raise spawn_page.QueryCannotSpawn(spawn_page.LINKS_CANNOT_START)
 
     # --- who this server is, to the broker ----------------------------------
     @property
@@ -253,7 +249,7 @@ class GPUServer(GPUSettings, EngineSpawner):
         return profile
 
     async def _take(self, profile: Profile, limits: UserLimits) -> Grant:
-        """GPUs from the broker; a GPU start goes through the waiting line (`hub.line`)."""
+        """GPUs from the broker; a GPU start goes through the waiting line (`hub.line.waiting`)."""
         try:
             return await self.broker.take(self.holder, profile, limits)
         except Refused as no:

@@ -43,26 +43,24 @@ from ..records.homes import HomeRecord
 from ..records.jobs import JobRecord
 from ..records.ledger import Ledger
 from ..records.line import LineRecord
-from . import (
-    access,
-    budgets,
-    calendar_api,
-    homes_api,
-    lease_api,
-    metrics,
-    notices,
-    pages,
-    slow_starts,
-)
-from .broker import Broker, BrokerNotRunning
+from .base import access
+from .books import budgets
+from .books.broker import Broker, BrokerNotRunning
+from .books.recovery import KnownServers
+from .books.refusals import RefusalsAreNotFaults
+from .calendar import api as calendar_api
+from .homes import api as homes_api
 from .jobs import api as jobs_api
 from .jobs.board import JobBoard
 from .jobs.launch import Launcher
-from .monitor import Monitor
-from .parking import Parker
-from .reclaimer import Reclaimer
-from .recovery import KnownServers
-from .refusals import RefusalsAreNotFaults
+from .line import slow_starts
+from .reclaim.parking import Parker
+from .reclaim.reclaimer import Reclaimer
+from .spawn import notices
+from .watch import metrics
+from .watch.monitor import Monitor
+from .web import lease as lease_api
+from .web import pages
 
 SUPPORTED_MAJOR_VERSIONS = (6,)
 

@@ -2,7 +2,7 @@
 
 Docker makes a named volume on the node that runs the task, so a home made on n2 lives on
 n2 only. The hub writes down the node each user's home was made on (the node Swarm ran
-their first server on, Docker's word) and keeps their servers there (`hub.homes`). A table
+their first server on, Docker's word) and keeps their servers there (`hub.homes.nodes`). A table
 in the usage ledger's SQLite file, committed as it changes, so a restart (a kill -9
 included) never sends a user to an empty home.
 """

@@ -24,11 +24,12 @@ from gpuspawner.devices.swarm import SwarmSource
 from gpuspawner.engine.base import Engine
 from gpuspawner.engine.docker import DockerEngine
 from gpuspawner.engine.swarm import SwarmEngine
-from gpuspawner.hub import line, line_status
+from gpuspawner.hub.books.jobs_part import JobsPart
 from gpuspawner.hub.engines.docker import GPUSpawner
 from gpuspawner.hub.engines.swarm import NodeHomes, SwarmGPUSpawner
 from gpuspawner.hub.jobs.board import JobBoard
-from gpuspawner.hub.jobs_part import JobsPart
+from gpuspawner.hub.line import status as line_status
+from gpuspawner.hub.line import waiting as line
 
 
 # --- where containers run: the engines, and the tests' -------------------------------------

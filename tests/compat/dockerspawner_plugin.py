@@ -33,7 +33,7 @@ from jupyterhub.user import User
 from mockhub import gpu_hub_config, running_hub
 from realhub import NOTEBOOK_IMAGE
 
-from gpuspawner.hub.broker import Broker
+from gpuspawner.hub.books.broker import Broker
 from gpuspawner.hub.engines.docker import GPUSpawner
 
 BASE_IMAGE = "gpuspawner-base:bookworm"  # scripts/testbed's Debian base: sh, ls, sleep

@@ -3,7 +3,8 @@ an admin's stop read by its user as an admin's."""
 
 from jupyterhub import roles
 
-from gpuspawner.hub import access, notices
+from gpuspawner.hub.base import access
+from gpuspawner.hub.spawn import notices
 
 
 class App:

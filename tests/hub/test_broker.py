@@ -19,9 +19,9 @@ from gpuspawner.core.placement import NotEnoughGPUs
 from gpuspawner.core.pool import DeviceState, Grant, Holder
 from gpuspawner.core.units import Request, bare
 from gpuspawner.engine import docker as engine
-from gpuspawner.hub.broker import Broker
-from gpuspawner.hub.recovery import KnownServers
-from gpuspawner.hub.refusals import Refused
+from gpuspawner.hub.books.broker import Broker
+from gpuspawner.hub.books.recovery import KnownServers
+from gpuspawner.hub.books.refusals import Refused
 from gpuspawner.records.ledger import Ledger
 
 LOG = logging.getLogger("test")

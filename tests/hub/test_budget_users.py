@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 from jupyterhub import orm
 
 from gpuspawner.core.usage import HOUR, UsageRecord
-from gpuspawner.hub.budgets import of_users_now
+from gpuspawner.hub.books.budgets import of_users_now
 
 
 def test_a_new_user_given_a_deleted_users_id_does_not_inherit_their_hours():

@@ -10,8 +10,8 @@ from gpuspawner.core.calendar import NONE_LEFT
 from gpuspawner.core.limits import LimitsTable
 from gpuspawner.core.pool import DeviceState, Holder
 from gpuspawner.core.profiles import default_profiles
-from gpuspawner.hub import form
-from gpuspawner.hub.report import pool_report
+from gpuspawner.hub.spawn import form
+from gpuspawner.hub.web.report import pool_report
 from gpuspawner.records.calendar import CalendarRecord
 
 GPUS = 8

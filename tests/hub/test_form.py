@@ -3,7 +3,7 @@ from gpuspawner.core.pool import Holder, Pool
 from gpuspawner.core.profiles import Profile, default_profiles
 from gpuspawner.core.units import whole
 from gpuspawner.devices.simulated import SimulatedSource
-from gpuspawner.hub import form, notices
+from gpuspawner.hub.spawn import form, notices
 
 GPUS = SimulatedSource(4).list_gpus()
 ANN, BOB = 1, 2  # user ids
@@ -186,7 +186,7 @@ def test_the_offer_is_a_button_posting_to_that_servers_spawn_url_with_the_xsrf_t
 
 
 def test_the_offer_button_names_the_profile_whatever_else_the_form_chose():
-    from gpuspawner.hub.spawn_page import options_from_form
+    from gpuspawner.hub.spawn.page import options_from_form
 
     pressed = {"profile": ["gpu-1"], "restart_on": ["cpu"], "image": ["x"]}
     assert options_from_form(pressed) == {"profile": "cpu"}

@@ -30,9 +30,9 @@ from gpuspawner.core.homes import Home
 from gpuspawner.core.words import iso_utc
 from gpuspawner.engine.shared_homes import MARKER
 from gpuspawner.engine.swarm import SwarmNode
-from gpuspawner.hub import homes
 from gpuspawner.hub.engines.swarm import SwarmGPUSpawner, first_home
-from gpuspawner.hub.report import pool_report
+from gpuspawner.hub.homes import nodes as homes
+from gpuspawner.hub.web.report import pool_report
 from gpuspawner.records.homes import HomeRecord
 
 

@@ -36,7 +36,7 @@ from realhub import NOTEBOOK_IMAGE
 from gpuspawner.core.pool import DeviceState
 from gpuspawner.engine.docker import device_requests
 from gpuspawner.hub import startup
-from gpuspawner.hub.broker import Broker
+from gpuspawner.hub.books.broker import Broker
 
 pytestmark = pytest.mark.docker
 

@@ -18,7 +18,7 @@ from jupyterhub.tests.utils import add_user, api_request
 from mockhub import HTTP_STUB, gpu_hub_config, running_hub
 from realhub import NOTEBOOK_IMAGE
 
-from gpuspawner.hub.broker import Broker
+from gpuspawner.hub.books.broker import Broker
 
 pytestmark = pytest.mark.docker
 

@@ -19,9 +19,9 @@ from gpuspawner.core.placement import NotEnoughGPUs
 from gpuspawner.core.pool import Grant, Holder
 from gpuspawner.core.units import Request, bare
 from gpuspawner.core.usage import HOUR
-from gpuspawner.hub import line_status
-from gpuspawner.hub.counters import WAIT_OUTCOMES
-from gpuspawner.hub.line import WaitEnded
+from gpuspawner.hub.base.counters import WAIT_OUTCOMES
+from gpuspawner.hub.line import status as line_status
+from gpuspawner.hub.line.waiting import WaitEnded
 from gpuspawner.records.ledger import Ledger
 from gpuspawner.records.line import LineRecord
 

@@ -23,11 +23,12 @@ from gpuspawner.core.gpus import Telemetry
 from gpuspawner.core.pool import Grant, Holder
 from gpuspawner.core.units import Request
 from gpuspawner.devices.simulated import SimulatedSource
-from gpuspawner.hub import form, pages
-from gpuspawner.hub.broker import Broker
+from gpuspawner.hub.books.broker import Broker
 from gpuspawner.hub.engines.docker import GPUSpawner
-from gpuspawner.hub.monitor import Monitor
-from gpuspawner.hub.report import pool_report
+from gpuspawner.hub.spawn import form
+from gpuspawner.hub.watch.monitor import Monitor
+from gpuspawner.hub.web import pages
+from gpuspawner.hub.web.report import pool_report
 
 LOG = logging.getLogger("test")
 LIMITS = {

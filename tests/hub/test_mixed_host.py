@@ -19,12 +19,12 @@ from gpuspawner.core.limits import LimitsTable
 from gpuspawner.core.pool import DeviceState, Grant, Holder
 from gpuspawner.core.units import Kind, Request
 from gpuspawner.engine import docker as engine
-from gpuspawner.hub import form
-from gpuspawner.hub.broker import Broker
-from gpuspawner.hub.lease_api import lease_of
-from gpuspawner.hub.monitor import Monitor, Observation
-from gpuspawner.hub.recovery import KnownServers
-from gpuspawner.hub.report import pool_report
+from gpuspawner.hub.books.broker import Broker
+from gpuspawner.hub.books.recovery import KnownServers
+from gpuspawner.hub.spawn import form
+from gpuspawner.hub.watch.monitor import Monitor, Observation
+from gpuspawner.hub.web.lease import lease_of
+from gpuspawner.hub.web.report import pool_report
 from gpuspawner.records.ledger import Ledger
 
 LOG = logging.getLogger("test")

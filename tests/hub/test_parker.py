@@ -22,8 +22,8 @@ from gpuspawner.devices.nvml import NvmlSource
 from gpuspawner.devices.simulated_checkpoint import SimulatedCheckpointDriver, SimulatedProcess
 from gpuspawner.devices.swarm import AgentAccess, SwarmSource
 from gpuspawner.engine import docker as engine
-from gpuspawner.hub.monitor import Observation
-from gpuspawner.hub.parking import Parker, RestoreFailed
+from gpuspawner.hub.reclaim.parking import Parker, RestoreFailed
+from gpuspawner.hub.watch.monitor import Observation
 
 GIB = 2**30
 JOB = Holder(1, 10, "bob", "job-1", job=True)

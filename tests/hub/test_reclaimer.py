@@ -11,9 +11,9 @@ from brokers import HUB, a_broker
 from gpuspawner.config.settings import GPUSettings
 from gpuspawner.core.pool import DeviceState, Grant, Holder
 from gpuspawner.engine import docker as engine
-from gpuspawner.hub.broker import Broker
-from gpuspawner.hub.monitor import Monitor, Observation
-from gpuspawner.hub.reclaimer import Reclaimer
+from gpuspawner.hub.books.broker import Broker
+from gpuspawner.hub.reclaim.reclaimer import Reclaimer
+from gpuspawner.hub.watch.monitor import Monitor, Observation
 from gpuspawner.records.ledger import Ledger
 
 LOG = logging.getLogger("test")

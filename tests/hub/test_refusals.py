@@ -6,7 +6,7 @@ import sys
 
 from jupyterhub.spawner import SpawnException
 
-from gpuspawner.hub.refusals import RefusalsAreNotFaults, failed_start, refused_start
+from gpuspawner.hub.books.refusals import RefusalsAreNotFaults, failed_start, refused_start
 
 
 def logged(error: Exception) -> logging.LogRecord:

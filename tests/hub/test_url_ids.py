@@ -4,7 +4,7 @@ names nothing (404, its text quoted short), never a 500 from the database."""
 import pytest
 from tornado import web
 
-from gpuspawner.hub.api_base import id_in_url
+from gpuspawner.hub.base.answers import id_in_url
 
 
 @pytest.mark.parametrize("text", ["99999999999999999999999", "9223372036854775808", "9" * 5000])

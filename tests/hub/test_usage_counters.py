@@ -6,8 +6,8 @@ from prometheus_client import REGISTRY
 from gpuspawner.config.settings import GPUSettings
 from gpuspawner.core.pool import Holder
 from gpuspawner.core.units import Request
-from gpuspawner.hub.metrics import UsageCounters
-from gpuspawner.hub.monitor import Observation
+from gpuspawner.hub.watch.metrics import UsageCounters
+from gpuspawner.hub.watch.monitor import Observation
 
 
 def counted(kind: str, group: str) -> float:

@@ -29,8 +29,8 @@ from ...engine import storage
 from ...engine.base import Engine
 from ...engine.docker import DockerEngine, isolate
 from ...engine.labels import LABEL_JOB
+from ..books.refusals import failed_start
 from ..jobs.launch import Launch
-from ..refusals import failed_start
 from ..server import GPUServer
 from .liveness import DockersWord
 

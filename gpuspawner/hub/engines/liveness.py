@@ -17,7 +17,7 @@ from typing import Any
 import docker
 
 from ...core.words import duration
-from ..counters import ENGINE_ERRORS
+from ..base.counters import ENGINE_ERRORS
 
 
 class DockersWord:

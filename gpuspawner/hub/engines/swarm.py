@@ -44,8 +44,8 @@ from ...engine.docker import api_client
 from ...engine.labels import LABEL_JOB
 from ...engine.swarm import HOLDING, SwarmEngine, isolate_service, read_node
 from ...engine.swarmspec import job_service
+from ..books.refusals import failed_start
 from ..jobs.launch import Launch
-from ..refusals import failed_start
 from .docker import GPUSpawner
 
 
@@ -133,7 +133,7 @@ class SwarmGPUSpawner(GPUSpawner, SwarmSpawner):
         shared_homes.ready(self.shared_homes, self.notebook_uid, self.notebook_gid)
 
     def home_mover(self, engine: Engine) -> NodeHomes:
-        """How the hub moves a home between nodes (`hub.homes.Homes.move`): by tasks the
+        """How the hub moves a home between nodes (`hub.homes.nodes.Homes.move`): by tasks the
         manager (a client of the mover's own) places on the engine's nodes."""
         client = api_client(self.client_kwargs, self.tls_config)
         return NodeHomes(client, lambda: engine.cluster_nodes() or [], self.image)
@@ -170,7 +170,7 @@ class SwarmGPUSpawner(GPUSpawner, SwarmSpawner):
     def homes_on_nodes(self) -> bool:
         """Whether users' homes are named volumes that each node makes for itself (no
         `volume_driver` reaching shared storage): then a user's servers go where their
-        home is (`hub.homes`). A home bound from a path every node mounts moves freely."""
+        home is (`hub.homes.nodes`). A home bound from a path every node mounts moves freely."""
         return not self.volume_driver and bool(storage.node_homes(self.volumes))
 
     # --- the service ---------------------------------------------------------------

@@ -37,9 +37,9 @@ from ...core.ids import as_id
 from ...core.jobs import SERVER_PREFIX, InvalidJob, job_id_of, parse_submission
 from ...core.words import quoted
 from ...records.jobs import Job
-from .. import access
-from ..api_base import JSONHandler, id_in_url
-from ..broker import Broker
+from ..base import access
+from ..base.answers import JSONHandler, id_in_url
+from ..books.broker import Broker
 from .board import JobBoard
 from .view import job_view
 

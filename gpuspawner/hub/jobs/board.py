@@ -34,9 +34,9 @@ from ...core.jobs import (
 from ...core.limits import UserLimits
 from ...core.pool import Grant
 from ...records.jobs import Job, JobRecord
-from ..broker import Broker
-from ..counters import JOB_PREEMPTIONS
-from ..parking import Parker
+from ..base.counters import JOB_PREEMPTIONS
+from ..books.broker import Broker
+from ..reclaim.parking import Parker
 from . import reading, words
 from .dispatching import Budget, Dispatching
 from .giving_way import Rules

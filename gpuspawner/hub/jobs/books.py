@@ -12,8 +12,8 @@ from typing import Any
 from ...core.jobs import HOLDING, Event, step
 from ...core.pool import Grant
 from ...records.jobs import Job, JobRecord
-from ..broker import Broker
-from ..counters import JOB_GPU_SECONDS, JOB_RUN_SECONDS, JOBS_ENDED
+from ..base.counters import JOB_GPU_SECONDS, JOB_RUN_SECONDS, JOBS_ENDED
+from ..books.broker import Broker
 from .launch import Launcher
 
 

@@ -19,8 +19,8 @@ from ...core.placement import NotEnoughGPUs
 from ...core.pool import Grant, Holder
 from ...core.units import Kind, Request
 from ...records.jobs import Job
-from ..counters import JOB_WAIT_SECONDS
-from ..line_entry import Entry
+from ..base.counters import JOB_WAIT_SECONDS
+from ..line.entry import Entry
 from . import reading, words
 from .launch import Launch
 from .servers import JobServers

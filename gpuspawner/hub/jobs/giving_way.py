@@ -1,6 +1,6 @@
 """How jobs give way to people: for each person's start short of GPUs, the jobs the core's
 rule picks (`core.give_way`) are parked where parking is on and the driver can park them
-(`hub.parking`: the person is lent their GPUs at once, and each job is restored there
+(`hub.reclaim.parking`: the person is lent their GPUs at once, and each job is restored there
 when they are free again), else stopped with SIGTERM and their group's grace, to wait
 again."""
 
@@ -18,9 +18,9 @@ from ...core.pool import Grant, Holder
 from ...core.units import Request
 from ...core.words import server_name
 from ...records.jobs import Job, JobRecord
-from ..broker import Broker
-from ..counters import JOB_PREEMPTIONS
-from ..parking import Parker
+from ..base.counters import JOB_PREEMPTIONS
+from ..books.broker import Broker
+from ..reclaim.parking import Parker
 from . import reading, words
 from .books import JobBooks
 from .launch import Launcher

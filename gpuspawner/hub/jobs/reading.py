@@ -20,8 +20,8 @@ from ...core.profiles import Profile
 from ...core.units import Request, Unit
 from ...core.words import DEFAULT_GROUP, quoted
 from ...records.jobs import Job
-from ..line import Line
-from ..line_entry import Entry
+from ..line.entry import Entry
+from ..line.waiting import Line
 from . import words
 
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from ...core.jobs import Event, JobState
 from ...core.pool import Grant
-from ..counters import RESTORE_WAIT_SECONDS
-from ..parking import RestoreFailed
+from ..base.counters import RESTORE_WAIT_SECONDS
+from ..reclaim.parking import RestoreFailed
 from . import words
 from .turns import Turns
 
