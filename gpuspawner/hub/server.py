@@ -169,7 +169,7 @@ class GPUServer(GPUSettings, EngineSpawner):
     # --- start ------------------------------------------------------------------
     async def start(self) -> Any:
         limits = self.user_limits()
-        profile = self._chosen_profile(limits)
+        profile = self.chosen_profile(limits)
         jobs = self.broker.jobs
         job = jobs.launching(self.orm_spawner.id) if jobs is not None else None
         if job is None and jobs and (why := jobs.refuses_by_hand(self.user.id, self.name)):
@@ -225,17 +225,20 @@ class GPUServer(GPUSettings, EngineSpawner):
             env.update(launch.runner_environment(begun.job.job))
         return env
 
-    def profile_chosen(self) -> Profile:
-        """The profile its user_options name; InvalidUserOptions where they are not valid."""
+    def profile_chosen(self, options: dict[str, Any] | None = None) -> Profile:
+        """The profile `options` (else its user_options) name; InvalidUserOptions where
+        they are not valid."""
         more = (AWAY,) if self.broker.homes.on_nodes else ()
-        return choose_profile(
-            self.user_options, self.broker.site.profiles, self.images_offered(), more
-        )
+        chosen = self.user_options if options is None else options
+        return choose_profile(chosen, self.broker.site.profiles, self.images_offered(), more)
 
-    def _chosen_profile(self, limits: UserLimits) -> Profile:
+    def chosen_profile(self, limits: UserLimits, options: dict[str, Any] | None = None) -> Profile:
+        """The profile `options` (else its user_options) name, if valid and `limits` let its
+        user pick it; else the start's refusal (counted), which says why."""
+        options = self.user_options if options is None else options
         try:
-            profile = self.profile_chosen()
-            away_chosen(self.user_options)
+            profile = self.profile_chosen(options)
+            away_chosen(options)
         except InvalidUserOptions as invalid:
             raise refused_start(str(invalid), "invalid_options", 400) from None
         if not limits.may_pick(profile.slug):

@@ -55,8 +55,8 @@ BY_DESIGN = {
         "options form: GPUSpawner's form is its GPU profile form, not DockerSpawner's image list"
     ),
     "test_options_from_form": (
-        "strict user_options: a form field sent twice reaches start() as a list and is refused "
-        "there with 400, not cut to its first value"
+        "strict user_options: a form field sent twice is a list, refused as the form is sent "
+        "(and at start, for the REST API), not cut to its first value"
     ),
 }
 NO_REGISTRY = {

@@ -1,3 +1,5 @@
+import pytest
+
 from gpuspawner.core.limits import LimitsTable
 from gpuspawner.core.pool import Holder, Pool
 from gpuspawner.core.profiles import Profile, default_profiles
@@ -191,6 +193,28 @@ def test_the_offer_button_names_the_profile_whatever_else_the_form_chose():
     pressed = {"profile": ["gpu-1"], "restart_on": ["cpu"], "image": ["x"]}
     assert options_from_form(pressed) == {"profile": "cpu"}
     assert options_from_form({"profile": ["gpu-1"], "_xsrf": ["t"]}) == {"profile": "gpu-1"}
+
+
+def test_the_forms_options_are_checked_by_the_spawner_it_was_sent_to():
+    """JupyterHub passes the spawner: its refusal comes back with the form at once (a
+    start's after JupyterHub's first second would show only on the pending page)."""
+    from gpuspawner.hub.spawn.page import options_from_form
+
+    class Refusing:
+        def __init__(self):
+            self.checked: list[dict] = []
+
+        def user_limits(self):
+            return "limits"
+
+        def chosen_profile(self, limits, options=None):
+            self.checked.append(options)
+            raise ValueError(f"There is no profile {options['profile']!r}.")
+
+    spawner = Refusing()
+    with pytest.raises(ValueError, match="There is no profile 'gpu-9'"):
+        options_from_form({"profile": ["gpu-9"], "_xsrf": ["t"]}, spawner=spawner)
+    assert spawner.checked == [{"profile": "gpu-9"}]
 
 
 def test_where_the_user_may_wait_a_full_pool_greys_nothing_out_and_says_so():

@@ -149,9 +149,13 @@ def test_a_crafted_form_cannot_inject_script_or_extra_options(hub: Hub):
     session = hub.login("r1")
     free = hub.pool()["free"]
     attack = "<script>alert(1)</script>"
-    page = hub.submit_form(session, "r1", "crafted", profile=attack).text
+    sent = hub.submit_form(session, "r1", "crafted", profile=attack)
+    assert "/spawn-pending/" not in sent.url  # the form again, at once, saying why
+    page = sent.text
     assert attack not in page and html.escape(attack) in page
-    page = hub.submit_form(session, "r1", "crafted", profile="gpu-1", privileged="true").text
+    sent = hub.submit_form(session, "r1", "crafted", profile="gpu-1", privileged="true")
+    assert "/spawn-pending/" not in sent.url
+    page = sent.text
     assert (
         "Unknown option(s): &#39;privileged&#39;" in page
         or "Unknown option(s): 'privileged'" in page

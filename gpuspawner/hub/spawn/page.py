@@ -7,7 +7,7 @@ together: their limits, budget, waiting line places and stop notices.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from jupyterhub.utils import url_escape_path, url_path_join
 
@@ -101,16 +101,35 @@ def preselected(handler: Any, user: Any, orm_spawner: Any) -> str | None:
     return (own.user_options or {}).get("profile") if own is not None else None
 
 
-def options_from_form(formdata: dict[str, list[str]]) -> dict[str, Any]:
-    """Form fields as user_options, unchecked: validation happens at every start.
+class ChoosesProfiles(Protocol):
+    """What the form's options are checked by: the spawner the form was sent to."""
+
+    def user_limits(self) -> UserLimits: ...
+
+    def chosen_profile(self, limits: UserLimits, options: dict[str, Any] | None = None) -> Any: ...
+
+
+def options_from_form(
+    formdata: dict[str, list[str]], spawner: ChoosesProfiles | None = None
+) -> dict[str, Any]:
+    """Form fields as user_options, checked as the form is sent (JupyterHub passes the
+    spawner): a profile or option that does not exist, or that the user's group may not
+    pick, gets the form back saying why, holding nothing. Only at once: JupyterHub shows a
+    start that fails after its first second on the pending page, not the form. Every start
+    checks them again (the REST API does not pass through here).
 
     An image field left empty means the default image. A stop notice's "start again on
     CPU" button (`restart_on`) names the profile itself, whatever else the form had chosen.
     """
+    options: dict[str, Any]
     if formdata.get(RESTART_ON):
-        return {"profile": formdata[RESTART_ON][0]}
-    return {
-        key: values[0] if len(values) == 1 else values
-        for key, values in formdata.items()
-        if key != "_xsrf" and not (key == "image" and values == [""])
-    }
+        options = {"profile": formdata[RESTART_ON][0]}
+    else:
+        options = {
+            key: values[0] if len(values) == 1 else values
+            for key, values in formdata.items()
+            if key != "_xsrf" and not (key == "image" and values == [""])
+        }
+    if spawner is not None:
+        spawner.chosen_profile(spawner.user_limits(), options)
+    return options
