@@ -208,7 +208,9 @@ class Parking(RuleBasedStateMachine):
         with contextlib.suppress(NotEnoughGPUs):
             grant = self.pool.allocate(holder, Request(gpus, turns=turns), borrows=borrows)
             self.first[key] = grant.ids
-            if self.people_on(grant.ids[0]) > 1:  # in turns: only when no other GPU would do
+            # A person joins another on a GPU only in turns, and only when no other GPU
+            # would do (a job may borrow the GPU of people who are all parked: its own rule)
+            if not holder.job and self.people_on(grant.ids[0]) > 1:
                 assert grant.turns and gpus == 1 and nothing_else
 
     @rule(key=st.integers(1, 8))
