@@ -1,5 +1,5 @@
 """The one way in-process tests build the hub's broker: its site from settings, on an engine
-with nothing running (`GoneEngine`, or the test's own), as `hub/startup.py` builds it."""
+with nothing running (`GoneEngine`, or the test's own), as `hub/parts.py` builds it."""
 
 import logging
 

@@ -25,7 +25,7 @@ from realhub import (
 from traitlets.config import Config
 
 from gpuspawner.engine.docker import bridge_gateway
-from gpuspawner.hub import startup
+from gpuspawner.hub import attach
 from gpuspawner.hub.books.broker import Broker, BrokerNotRunning
 from gpuspawner.hub.engines.docker import GPUSpawner
 
@@ -68,7 +68,7 @@ async def running_hub(config: Config) -> AsyncIterator[MockHub]:
     file, the usage ledger); afterwards none of them, nor its containers and homes."""
     # In a hub, importing the spawner installs the adapter; here the test run may have
     # imported it before JupyterHub's app module, so install it explicitly (it is idempotent).
-    startup.install(GPUSpawner)
+    attach.install(GPUSpawner)
     app = MockHub.instance(config=config)
     with tempfile.TemporaryDirectory() as workdir, contextlib.chdir(workdir):
         try:

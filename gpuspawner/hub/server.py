@@ -37,7 +37,7 @@ from ..core.pool import Grant, Holder
 from ..core.profiles import InvalidUserOptions, Profile, choose_profile
 from ..core.units import units_in_words
 from ..core.words import duration, from_group, your_server
-from . import startup
+from . import attach
 from .base import access
 from .books import budgets
 from .books.broker import Broker, BrokerNotRunning
@@ -394,4 +394,4 @@ class GPUServer(GPUSettings, EngineSpawner):
 
 
 if "jupyterhub.app" in sys.modules:  # loaded by a hub: start the broker before any spawn
-    startup.install(GPUServer)
+    attach.install(GPUServer)

@@ -129,7 +129,7 @@ def test_the_probe_check_finds_probes_on_seams_and_only_those(code, found):
 
 
 def test_the_check_covers_the_modules_that_once_switched_on_engines():
-    assert {"doctor.py", "startup.py", "server.py"} <= {p.name for p in CHECKED}
+    assert {"doctor.py", "parts.py", "server.py"} <= {p.name for p in CHECKED}
 
 
 @pytest.mark.parametrize("path", CHECKED, ids=lambda p: str(p.relative_to(PACKAGE)))

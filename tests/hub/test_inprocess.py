@@ -35,7 +35,7 @@ from realhub import NOTEBOOK_IMAGE
 
 from gpuspawner.core.pool import DeviceState
 from gpuspawner.engine.docker import device_requests
-from gpuspawner.hub import startup
+from gpuspawner.hub import attach
 from gpuspawner.hub.books.broker import Broker
 
 pytestmark = pytest.mark.docker
@@ -143,11 +143,11 @@ async def reconfigured(app, **settings) -> AsyncIterator[Broker]:
     await Broker.current().shutdown()
     app.config.GPUSpawner.update(settings)
     try:
-        yield await startup.start_broker(app)
+        yield await attach.start_broker(app)
     finally:
         await Broker.current().shutdown()
         app.config.GPUSpawner = saved
-        await startup.start_broker(app)
+        await attach.start_broker(app)
 
 
 # --- hub start ------------------------------------------------------------------------------
@@ -155,7 +155,7 @@ async def test_the_hub_starts_one_broker_and_a_second_start_returns_it(app):
     broker = Broker.current()
     assert len(broker.site.gpus) == GPUS and broker.pool.free_count() == GPUS
     assert JupyterHub.init_spawners.gpuspawner  # the adapter ran this hub's start
-    assert await startup.start_broker(app) is broker
+    assert await attach.start_broker(app) is broker
     assert Broker.current() is broker
 
 
@@ -246,7 +246,7 @@ async def test_two_containers_claiming_one_gpu_at_hub_start_one_is_adopted_and_i
     bob.object_id = forged["Id"]
     caplog.clear()
 
-    broker = await startup.start_broker(app)
+    broker = await attach.start_broker(app)
 
     keys = {name: app.users[name].spawner.orm_spawner.id for name in ("ann", "bob")}
     adopted = [name for name, key in keys.items() if broker.grant_of(key)]

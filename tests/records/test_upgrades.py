@@ -15,7 +15,7 @@ import pytest
 
 from gpuspawner.core.errors import GPUConfigError
 from gpuspawner.core.jobs import JobState
-from gpuspawner.hub.startup import _open_ledger
+from gpuspawner.hub.parts import open_ledger
 from gpuspawner.records import sqlite as tables
 from gpuspawner.records.calendar import CalendarRecord
 from gpuspawner.records.homes import HomeRecord
@@ -123,4 +123,4 @@ def test_a_hub_meeting_a_newer_record_stops_with_one_line_naming_it(upgraded):
     db.commit()
     db.close()
     with pytest.raises(GPUConfigError, match="its calendar table was written by a newer"):
-        _open_ledger(str(upgraded))
+        open_ledger(str(upgraded))

@@ -15,19 +15,14 @@ of their own:
   JupyterLab submits with: least privilege, since `servers` would also let a
   notebook start and stop its user's servers.
 
-`register` runs before the hub loads its roles: it defines the scopes the
-admin's `c.JupyterHub.custom_scopes` does not (so `load_roles` may grant them,
-to a "gpu-operators" group say), and puts `custom:gpus:admin` in JupyterHub's
-admin role, as admins saw the page before these scopes existed. JupyterHub
-refuses any config that changes the admin role, and that role follows the
-admin flag however it is set (config, admin page, REST API), so the scope
-goes into the role's definition itself, `roles.get_default_roles`.
+`attach` defines the scopes the admin's `c.JupyterHub.custom_scopes` does not, before the
+hub loads its roles (so `load_roles` may grant them, to a "gpu-operators" group say), adds
+`USER_SCOPE` to `extra_user_scopes`, and puts `custom:gpus:admin` in JupyterHub's admin
+role, as admins saw the page before these scopes existed.
 """
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
 from typing import Any
 
 from jupyterhub import roles
@@ -55,31 +50,7 @@ DEFINITIONS = {
 }
 
 
-def register(app: Any) -> None:
-    """Define the scopes the config does not, and grant `custom:gpus:admin` to admins."""
-    app.custom_scopes = {**DEFINITIONS, **app.custom_scopes}
-    if not getattr(roles.get_default_roles, "gpuspawner", False):
-        roles.get_default_roles = with_admins_granted(roles.get_default_roles)
-
-
-GRANTS = {"admin": ADMIN, "user": f"{JOBS}!user"}  # default role → the scope it also gets
-
-
-def with_admins_granted(default_roles: Callable[[], list[dict[str, Any]]]) -> Any:
-    """JupyterHub's default roles, the admin role with ADMIN added and the user role with
-    its own jobs."""
-
-    @functools.wraps(default_roles)
-    def granted() -> list[dict[str, Any]]:
-        found = default_roles()
-        for role in found:
-            scope = GRANTS.get(role["name"])
-            if scope is not None and scope not in role["scopes"]:
-                role["scopes"] = [*role["scopes"], scope]
-        return found
-
-    granted.gpuspawner = True  # type: ignore[attr-defined]
-    return granted
+USER_SCOPE = f"{JOBS}!user"  # every user's own jobs: what the user role gets
 
 
 def require(handler: Any, scope: str) -> None:
@@ -97,7 +68,7 @@ def require(handler: Any, scope: str) -> None:
 def server_token_scopes() -> list[str]:
     """What a server's own token holds: JupyterHub's `server` role, and its user's jobs."""
     server = next(r for r in roles.get_default_roles() if r["name"] == "server")
-    return [*server["scopes"], f"{JOBS}!user"]
+    return [*server["scopes"], USER_SCOPE]
 
 
 def require_jobs(handler: Any, owner: str, read: bool) -> None:

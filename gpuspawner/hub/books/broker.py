@@ -1,6 +1,6 @@
 """The one owner of a hub's GPU books.
 
-One broker per hub process, started once when the hub starts (`startup`) and
+One broker per hub process, built with its parts when the hub starts (`parts`) and
 shared by every GPUSpawner, as KubeSpawner shares one reflector among all its
 spawners. It builds and owns its parts: the pool, the waiting line, the idle
 clocks, the telemetry, the usage ledger, the releases that wait for the
@@ -167,6 +167,8 @@ class Broker:
     # --- one per hub process -------------------------------------------------
     @classmethod
     def current(cls) -> Broker:
+        """The running hub's broker, for the spawners: JupyterHub makes each spawner itself
+        and passes it nothing of ours (handlers and parts are given the broker instead)."""
         if cls._current is None:
             raise BrokerNotRunning(
                 "gpuspawner's broker is not running: the hub starts it when "
@@ -182,7 +184,7 @@ class Broker:
     async def shutdown(self) -> None:
         """Stop the monitor and pending removals, and forget this broker: for tests, which
         start several hubs in one process. A hub's exit needs none of it (each ledger
-        change is committed as it happens; the line is closed by `hub.startup`)."""
+        change is committed as it happens; the line is closed by `hub.attach`)."""
         for stop in self._stoppables:
             stop()
         self._removals.cancel()

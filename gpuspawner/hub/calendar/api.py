@@ -41,6 +41,7 @@ from ...core.words import count_gpus, iso_utc, listed, quoted
 from ..base import access
 from ..base.answers import JSONHandler, id_in_url
 from ..books.broker import Broker
+from ..books.served import Route, Served, routes
 
 BOOKING_KEYS = {"user", "group", "gpus", "profile", "model", "start", "end", "let_finish", "note"}
 DRAIN_KEYS = {"gpus", "model", "node", "all", "start", "reason"}
@@ -73,7 +74,7 @@ def drain_choices(gpus: Sequence[GPU]) -> dict[str, list[str]]:
     }
 
 
-class CalendarHandler(JSONHandler):
+class CalendarHandler(Served, JSONHandler):
     def _body(self, keys: set[str]) -> dict[str, Any]:
         body = self.get_json_body() or {}
         if not isinstance(body, dict):
@@ -96,7 +97,7 @@ class CalendarHandler(JSONHandler):
         )
 
     def _changed(self, window: Window, status: int) -> None:
-        broker = Broker.current()
+        broker = self.broker
         broker.pass_line()  # a drain ended or a booking given back frees GPUs for who waits
         self._answer(window_json(window, broker.clock()), status)
 
@@ -104,7 +105,7 @@ class CalendarHandler(JSONHandler):
 class WindowsHandler(CalendarHandler):
     def get(self) -> None:
         access.require(self, access.READ)
-        broker = Broker.current()
+        broker = self.broker
         now = broker.clock()
         self._answer({"windows": [window_json(w, now) for w in broker.calendar.windows()]})
 
@@ -114,7 +115,7 @@ class BookingsHandler(CalendarHandler):
         me = self.current_user
         if me is None:
             raise web.HTTPError(403, "Log in to book GPUs")
-        broker = Broker.current()
+        broker = self.broker
         member = None  # an admin books for anyone; a member for themselves, by their limits
         if self._admin():
             access.require(self, "delete:servers")  # its window stops servers on its GPUs
@@ -210,7 +211,7 @@ class DrainsHandler(CalendarHandler):
         access.require(self, access.ADMIN)
         access.require(self, "delete:servers")  # a drain stops the servers on its GPUs
         body = self._body(DRAIN_KEYS)
-        broker = Broker.current()
+        broker = self.broker
         reason = _text(body, "reason")
         if not reason:
             raise web.HTTPError(400, "A drain needs a reason: users read it")
@@ -236,7 +237,7 @@ class WindowHandler(CalendarHandler):
             raise web.HTTPError(
                 403, "Only admins, or a user with their own login or token, end bookings"
             )
-        broker = Broker.current()
+        broker = self.broker
         number = id_in_url(window_id, "booking or drain")
         window = next(
             (
@@ -348,15 +349,12 @@ def _drained(broker: Broker, body: dict[str, Any]) -> tuple[list[str], str]:
     return found, f"{key} {name}"
 
 
-def handlers(hub_prefix: str) -> list[tuple[str, type]]:
+def handlers(hub_prefix: str, broker: Broker) -> list[Route]:
     api = url_path_join(hub_prefix, "api/gpu-calendar")
-    return [
+    return routes(
+        broker,
         (api, WindowsHandler),
         (f"{api}/bookings", BookingsHandler),
         (f"{api}/drains", DrainsHandler),
         (rf"{api}/(\d+)", WindowHandler),
-    ]
-
-
-def install(app: Any) -> None:
-    app.tornado_application.add_handlers(".*$", handlers(app.hub_prefix))
+    )

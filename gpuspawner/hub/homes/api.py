@@ -13,8 +13,6 @@ where it was). The user's starts are refused, and their jobs wait, while the cop
 
 from __future__ import annotations
 
-from typing import Any
-
 from jupyterhub.utils import url_path_join
 from tornado import web
 
@@ -22,16 +20,17 @@ from ...core.jobs import HOLDING
 from ..base import access
 from ..base.answers import JSONHandler
 from ..books.broker import Broker
+from ..books.served import Route, Served, routes
 from .nodes import MoveFailed, homes_json
 
 KEYS = {"to", "empty_old"}
 
 
-class HomeHandler(JSONHandler):
+class HomeHandler(Served, JSONHandler):
     async def post(self, name: str) -> None:
         access.require(self, access.ADMIN)
         access.require(self, "admin:users")  # it copies and empties a user's files
-        broker = Broker.current()
+        broker = self.broker
         if not broker.homes.on_nodes:
             raise web.HTTPError(404, "Homes are not each node's own on this hub: none moves")
         user = self.find_user(name)
@@ -62,6 +61,5 @@ class HomeHandler(JSONHandler):
         self._answer({**moved, "old_emptied": empty_old})
 
 
-def install(app: Any) -> None:
-    route = url_path_join(app.hub_prefix, "api/gpu-homes/([^/]+)")
-    app.tornado_application.add_handlers(".*$", [(route, HomeHandler)])
+def handlers(hub_prefix: str, broker: Broker) -> list[Route]:
+    return routes(broker, (url_path_join(hub_prefix, "api/gpu-homes/([^/]+)"), HomeHandler))

@@ -40,6 +40,7 @@ from ...records.jobs import Job
 from ..base import access
 from ..base.answers import JSONHandler, id_in_url
 from ..books.broker import Broker
+from ..books.served import Route, Served, routes
 from .board import JobBoard
 from .view import job_view
 
@@ -48,14 +49,13 @@ TAIL_LINES, LINE_CHARS, ERROR_CHARS = 20, 500, 4000
 ENDED_PER_PAGE, MOST_PER_PAGE = 50, 500  # ended jobs in a page of a user's list
 
 
-def board() -> JobBoard:
-    jobs = Broker.current().jobs
-    if not isinstance(jobs, JobBoard):
-        raise web.HTTPError(503, "This hub does not run jobs")
-    return jobs
+class JobsHandler(Served, JSONHandler):
+    def board(self) -> JobBoard:
+        jobs = self.broker.jobs
+        if not isinstance(jobs, JobBoard):
+            raise web.HTTPError(503, "This hub does not run jobs")
+        return jobs
 
-
-class JobsHandler(JSONHandler):
     def _owner(self, user_name: str) -> Any:
         user = self.find_user(user_name)
         if user is None:
@@ -64,20 +64,20 @@ class JobsHandler(JSONHandler):
 
     def _job(self, user: Any, job_id: str) -> Job:
         number = id_in_url(job_id, "job")
-        job = board().job(number)
+        job = self.board().job(number)
         if job is None or job.user_id != user.id:
             raise web.HTTPError(404, f"{user.name} has no job {number}")
         return job
 
     def as_json(self, job: Job) -> dict[str, Any]:
-        return job_view(job, board(), self.base_url)
+        return job_view(job, self.board(), self.base_url)
 
 
 class UserJobsHandler(JobsHandler):
     def get(self, user_name: str) -> None:
         access.require_jobs(self, user_name, read=True)
         user = self._owner(user_name)
-        page = board().jobs_of(user.id, self._limit(), self._after(user))
+        page = self.board().jobs_of(user.id, self._limit(), self._after(user))
         self._answer({"jobs": [self.as_json(j) for j in page.jobs], "next_after": page.next_after})
 
     def _limit(self) -> int:
@@ -95,7 +95,7 @@ class UserJobsHandler(JobsHandler):
         if text is None:
             return None
         number = as_id(text)
-        job = board().job(number) if number is not None else None
+        job = self.board().job(number) if number is not None else None
         if job is None or job.user_id != user.id or not job.final:
             raise web.HTTPError(
                 400,
@@ -114,7 +114,7 @@ class UserJobsHandler(JobsHandler):
                 "c.JupyterHub.allow_named_servers = True",
             )
         try:
-            job = board().submit(user.id, user.name, parse_submission(self.get_json_body()))
+            job = self.board().submit(user.id, user.name, parse_submission(self.get_json_body()))
         except InvalidJob as invalid:
             raise web.HTTPError(400, str(invalid)) from None
         self._answer(self.as_json(job), 201)
@@ -130,7 +130,7 @@ class UserJobHandler(JobsHandler):
         job = self._job(self._owner(user_name), job_id)
         if job.final:
             raise web.HTTPError(409, f"Job {job_id} has already ended ({job.state})")
-        self._answer(self.as_json(board().cancel(job)))
+        self._answer(self.as_json(self.board().cancel(job)))
 
 
 class ProfilesHandler(JobsHandler):
@@ -140,10 +140,10 @@ class ProfilesHandler(JobsHandler):
     def get(self, user_name: str) -> None:
         access.require_jobs(self, user_name, read=True)
         user = self._owner(user_name)
-        limits = Broker.current().limits_for(user)
+        limits = self.broker.limits_for(user)
         offered = [
             {"slug": p.slug, "display_name": p.display_name, "description": p.description}
-            for p in Broker.current().site.profiles
+            for p in self.broker.site.profiles
             if p.request.kind is not None and limits.may_pick(p.slug)
         ]
         self._answer({"profiles": offered})
@@ -152,7 +152,7 @@ class ProfilesHandler(JobsHandler):
 class AllJobsHandler(JobsHandler):
     def get(self) -> None:
         access.require(self, access.READ)
-        self._answer({"jobs": [self.as_json(j) for j in board().unfinished()]})
+        self._answer({"jobs": [self.as_json(j) for j in self.board().unfinished()]})
 
 
 class ReportHandler(JobsHandler):
@@ -166,13 +166,13 @@ class ReportHandler(JobsHandler):
             raise web.HTTPError(403, f"This token may not report for server {named}.")
         user = self._owner(user_name)
         number = job_id_of(server)
-        job = board().job(number) if number is not None else None
+        job = self.board().job(number) if number is not None else None
         if job is None or job.user_id != user.id or job.server != server:
             raise web.HTTPError(404, f"{named} is not a job")
         progress = _report(self.get_json_body())
         if progress.get("attempt") != job.attempts:
             raise web.HTTPError(409, f"Attempt {job.attempts} of this job runs now")
-        self._answer(self.as_json(board().report(job, progress)))
+        self._answer(self.as_json(self.board().report(job, progress)))
 
 
 def _report(body: Any) -> dict[str, Any]:
@@ -207,16 +207,13 @@ def _fraction(value: Any) -> float | None:
     return float(value)
 
 
-def handlers(hub_prefix: str) -> list[tuple[str, type]]:
+def handlers(hub_prefix: str, broker: Broker) -> list[Route]:
     user = url_path_join(hub_prefix, "api/users/([^/]+)")
-    return [
+    return routes(
+        broker,
         (url_path_join(hub_prefix, "api/gpu-jobs"), AllJobsHandler),
         (f"{user}/gpu-jobs", UserJobsHandler),
         (f"{user}/gpu-jobs/profiles", ProfilesHandler),
         (rf"{user}/gpu-jobs/(\d+)", UserJobHandler),
         (rf"{user}/servers/({SERVER_PREFIX}\d+)/gpu-job", ReportHandler),
-    ]
-
-
-def install(app: Any) -> None:
-    app.tornado_application.add_handlers(".*$", handlers(app.hub_prefix))
+    )

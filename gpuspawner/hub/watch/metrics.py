@@ -14,6 +14,7 @@ that is simply the number of GPUs; `gpuspawner_units` counts units as such.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from fractions import Fraction
 
 from prometheus_client import REGISTRY
@@ -25,21 +26,21 @@ from ...core.pool import DeviceState
 from ...core.units import Kind
 from ...core.words import NO_GROUP
 from ..base.counters import BOOKED_GPU_SECONDS, ENGINE_ERRORS, GPU_SECONDS_BUSY, GPU_SECONDS_HELD
-from ..books.broker import Broker, BrokerNotRunning
+from ..books.broker import Broker
 from ..line import status as line_status
 from .monitor import Observation
 
 GPU_LABELS = ["uuid", "index", "model"]
 
 
+@dataclass(eq=False)  # a registry keys its collectors by identity
 class PoolCollector(Collector):
-    """The running broker's books, read at scrape time."""
+    """A broker's books, read at scrape time."""
+
+    broker: Broker
 
     def collect(self) -> Iterator[Metric]:
-        try:
-            broker = Broker.current()
-        except BrokerNotRunning:
-            return
+        broker = self.broker
         pool = broker.pool
         states = broker.calendar.states(pool)  # a drained GPU is counted drained, not free
         units = pool.units
@@ -167,14 +168,14 @@ class PoolCollector(Collector):
         yield memory
 
 
+@dataclass(eq=False)  # a registry keys its collectors by identity
 class LineCollector(Collector):
-    """The running broker's waiting line, read at scrape time."""
+    """A broker's waiting line, read at scrape time."""
+
+    broker: Broker
 
     def collect(self) -> Iterator[Metric]:
-        try:
-            broker = Broker.current()
-        except BrokerNotRunning:
-            return
+        broker = self.broker
         waiting = GaugeMetricFamily(
             "gpuspawner_waiting_spawns",
             "GPU starts waiting in line, by the group they wait as (their priority's).",
@@ -185,14 +186,14 @@ class LineCollector(Collector):
         yield waiting
 
 
+@dataclass(eq=False)  # a registry keys its collectors by identity
 class JobsCollector(Collector):
     """The running hub's jobs that have not ended, by state, read at scrape time."""
 
+    broker: Broker
+
     def collect(self) -> Iterator[Metric]:
-        try:
-            jobs = Broker.current().jobs
-        except BrokerNotRunning:
-            return
+        jobs = self.broker.jobs
         counts = {str(state): 0 for state in JobState if state not in FINAL}
         for job in jobs.unfinished() if jobs is not None else []:
             counts[str(job.state)] += 1
@@ -273,14 +274,14 @@ class BookingCounters:
                 BOOKED_GPU_SECONDS.labels(str(window.id), "used" if used else "unused").inc(seconds)
 
 
+@dataclass(eq=False)  # a registry keys its collectors by identity
 class CalendarCollector(Collector):
     """The calendar's drains in effect, read at scrape time."""
 
+    broker: Broker
+
     def collect(self) -> Iterator[Metric]:
-        try:
-            broker = Broker.current()
-        except BrokerNotRunning:
-            return
+        broker = self.broker
         drained = GaugeMetricFamily(
             "gpuspawner_drained_gpus",
             "GPUs taken out by a drain of the calendar now: no start lands on them.",
@@ -295,15 +296,20 @@ def count_engine_errors(observation: Observation) -> None:
         ENGINE_ERRORS.labels("list").inc()
 
 
-_registered = False
+def serve(broker: Broker) -> None:
+    """Add the books' gauges to the hub's /hub/metrics while `broker` runs (a test's next hub
+    in the same process adds its own)."""
+    collectors = [
+        PoolCollector(broker),
+        LineCollector(broker),
+        JobsCollector(broker),
+        CalendarCollector(broker),
+    ]
+    for collector in collectors:
+        REGISTRY.register(collector)
 
+    def unregister() -> None:
+        for collector in collectors:
+            REGISTRY.unregister(collector)
 
-def register_once() -> None:
-    """Add the pool's gauges to the hub's /hub/metrics, once per process."""
-    global _registered
-    if not _registered:
-        REGISTRY.register(PoolCollector())
-        REGISTRY.register(LineCollector())
-        REGISTRY.register(JobsCollector())
-        REGISTRY.register(CalendarCollector())
-        _registered = True
+    broker.on_stop(unregister)

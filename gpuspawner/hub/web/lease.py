@@ -32,12 +32,13 @@ from ...core.lease import Lease, lease
 from ...core.profiles import InvalidUserOptions, choose_profile
 from ...core.words import duration, iso_utc
 from ..books.broker import Broker
+from ..books.served import Route, Served, routes
 
 SCOPE = "access:servers"
 REFRESH_WHILE = {"parked": 10, "restoring": 2}  # seconds: JupyterLab shows a wake promptly
 
 
-class LeaseAPIHandler(APIHandler):
+class LeaseAPIHandler(Served, APIHandler):
     def get(self, user_name: str, server_name: str = "") -> None:
         self._answer(self._spawner(user_name, server_name))
 
@@ -56,7 +57,7 @@ class LeaseAPIHandler(APIHandler):
     def _answer(self, spawner: Any) -> None:
         self.set_header("Content-Type", "application/json")
         self.set_header("Cache-Control", "no-store")
-        self.write(json.dumps(lease_of(spawner, Broker.current())))
+        self.write(json.dumps(lease_of(spawner, self.broker)))
 
 
 class WakeAPIHandler(LeaseAPIHandler):
@@ -66,7 +67,7 @@ class WakeAPIHandler(LeaseAPIHandler):
 
     def post(self, user_name: str, server_name: str = "") -> None:
         spawner = self._spawner(user_name, server_name)
-        broker = Broker.current()
+        broker = self.broker
         grant = broker.grant_of(spawner.orm_spawner.id)
         if grant is not None and broker.jobs is not None:
             broker.jobs.wake(grant)
@@ -231,16 +232,12 @@ def _epoch(moment: datetime | None) -> float | None:
     return moment.replace(tzinfo=UTC).timestamp()
 
 
-def handlers(hub_prefix: str) -> list[tuple[str, type]]:
+def handlers(hub_prefix: str, broker: Broker) -> list[Route]:
     api = url_path_join(hub_prefix, "api/users/([^/]+)")
-    return [
+    return routes(
+        broker,
         (f"{api}/server/gpu-lease", LeaseAPIHandler),
         (f"{api}/servers/([^/]*)/gpu-lease", LeaseAPIHandler),
         (f"{api}/server/gpu-lease/wake", WakeAPIHandler),
         (f"{api}/servers/([^/]*)/gpu-lease/wake", WakeAPIHandler),
-    ]
-
-
-def install(app: Any) -> None:
-    """Serve the lease beside JupyterHub's own API (added handlers are matched first)."""
-    app.tornado_application.add_handlers(".*$", handlers(app.hub_prefix))
+    )

@@ -24,6 +24,7 @@ from ...core.words import server_name as named
 from ..base import access
 from ..base.answers import id_in_url
 from ..books.broker import Broker
+from ..books.served import Route, Served, routes
 from ..calendar.api import drain_choices, window_json
 from ..homes.nodes import homes_json
 from ..jobs.board import JobBoard
@@ -35,11 +36,11 @@ TEMPLATES = str(Path(__file__).with_name("templates"))
 ENDED_JOBS_SHOWN = 24 * 3600.0  # seconds: the GPUs page lists the jobs that ended this recently
 
 
-class PoolReport:
+class PoolReport(Served):
     """What both pages show: the report, each holder as the hub's database names it now."""
 
     def report(self: Any) -> dict[str, Any]:
-        broker = Broker.current()
+        broker = self.broker
         jobs = broker.jobs
         report = {
             **pool_report(broker, self._holder_now),
@@ -88,7 +89,7 @@ class PoolPageHandler(PoolReport, BaseHandler):
         self.finish(html)
 
 
-class StopAPIHandler(APIHandler):
+class StopAPIHandler(Served, APIHandler):
     """POST /hub/api/gpus/stop/USER[/SERVER], optionally {"reason": "…"}: stop a server as
     the GPUs page does. Its stop notice says an admin stopped it, and why where a reason
     was given, so the user's next spawn page tells them; then JupyterHub's own stop."""
@@ -136,7 +137,7 @@ class StopAPIHandler(APIHandler):
         return reason
 
 
-class WaitingAPIHandler(APIHandler):
+class WaitingAPIHandler(Served, APIHandler):
     """DELETE /hub/api/gpus/waiting/KEY: an admin takes a start out of the waiting line (KEY
     is the server's id, as GET /hub/api/gpus lists it); the start ends, holding nothing."""
 
@@ -146,12 +147,12 @@ class WaitingAPIHandler(APIHandler):
         orm_spawner = self.db.get(orm.Spawner, number)
         if orm_spawner is not None:
             access.require_delete_servers(self, orm_spawner.user.name)
-        if orm_spawner is None or not Broker.current().take_out_of_line(number):
+        if orm_spawner is None or not self.broker.take_out_of_line(number):
             raise web.HTTPError(404, f"No start with key {number} is waiting in line")
         self.set_status(204)
 
 
-class StopNoticesAPIHandler(APIHandler):
+class StopNoticesAPIHandler(Served, APIHandler):
     """GET /hub/api/users/NAME/stop-notices: each stopped server's notice, and the CPU-only
     start on offer as the REST request that makes it (an offer only: the start is checked
     like any other). What JupyterHub's server model says, so its scope: `read:servers` for
@@ -162,7 +163,7 @@ class StopNoticesAPIHandler(APIHandler):
         user = self.find_user(user_name)
         if user is None:
             raise web.HTTPError(404, f"No such user: {user_name}")
-        broker = Broker.current()
+        broker = self.broker
         limits = broker.limits_for(user)
         cpu = notices.cpu_profile(broker.site.profiles, limits, user.id, broker.pool)
         servers_api = url_path_join(
@@ -173,21 +174,13 @@ class StopNoticesAPIHandler(APIHandler):
         self.write(json.dumps({"notices": [notices.as_json(n, servers_api) for n in found]}))
 
 
-def handlers(hub_prefix: str) -> list[tuple[str, type]]:
-    return [
+def handlers(hub_prefix: str, broker: Broker) -> list[Route]:
+    return routes(
+        broker,
         (url_path_join(hub_prefix, "api/gpus"), PoolAPIHandler),
         (url_path_join(hub_prefix, r"api/gpus/waiting/(\d+)"), WaitingAPIHandler),
         (url_path_join(hub_prefix, "api/gpus/stop/([^/]+)"), StopAPIHandler),
         (url_path_join(hub_prefix, "api/gpus/stop/([^/]+)/([^/]+)"), StopAPIHandler),
         (url_path_join(hub_prefix, "api/users/([^/]+)/stop-notices"), StopNoticesAPIHandler),
         (url_path_join(hub_prefix, "gpus"), PoolPageHandler),
-    ]
-
-
-def install(app: Any) -> None:
-    """Serve the pages, and let the hub's templates find ours (after the admin's own)."""
-    app.tornado_application.add_handlers(".*$", handlers(app.hub_prefix))
-    paths = app.tornado_settings["jinja2_env"].loader.loaders[-1].searchpath
-    if TEMPLATES not in paths:
-        own = app._template_paths_default()[0]
-        paths.insert(paths.index(own) if own in paths else len(paths), TEMPLATES)
+    )

@@ -1,11 +1,19 @@
 """The start-up adapter's guard: a JupyterHub that starts differently stops the hub loudly."""
 
+import os
+
 import pytest
 from jupyterhub import version_info
 from jupyterhub.app import JupyterHub
 
+from gpuspawner.hub.attach import (
+    UnsupportedJupyterHub,
+    check_start_sequence,
+    install,
+    with_ours,
+)
 from gpuspawner.hub.engines.docker import GPUSpawner
-from gpuspawner.hub.startup import UnsupportedJupyterHub, check_start_sequence, install
+from gpuspawner.hub.web.pages import TEMPLATES
 
 
 class Hub6:
@@ -48,6 +56,17 @@ class RolesAfterTheSpawners(Hub6):
         await self.init_role_creation()
 
 
+class TemplatesBeforeTheRoles(Hub6):
+    async def initialize(self, argv=None):
+        self.init_tornado_settings()
+        await self.init_role_creation()
+        self.init_tornado_application()
+        await self.init_spawners()
+
+    def init_tornado_settings(self):
+        pass
+
+
 class SynchronousInitSpawners(Hub6):
     def init_spawners(self):  # type: ignore[override]
         pass
@@ -68,6 +87,7 @@ def test_the_miniature_of_that_sequence_passes():
         (SpawnersNoLongerStarted, "no longer runs init_spawners after init_tornado_application"),
         (SynchronousInitSpawners, "init_spawners is no longer a coroutine method"),
         (RolesAfterTheSpawners, r"no longer loads its roles \(init_role_creation\) before"),
+        (TemplatesBeforeTheRoles, r"reads its templates \(init_tornado_settings\) before"),
     ],
 )
 def test_a_jupyterhub_whose_start_sequence_moved_is_refused(app_class, message):
@@ -89,3 +109,24 @@ def test_installing_twice_wraps_init_spawners_once():
     assert not getattr(wrapped.__wrapped__, "gpuspawner", False)
     assert JupyterHub.init_role_creation.__wrapped__.__name__ == "init_role_creation"
     assert not hasattr(JupyterHub.init_role_creation.__wrapped__, "__wrapped__")
+
+
+def test_the_installed_jupyterhubs_default_templates_are_where_attach_looks():
+    app = JupyterHub()
+    assert app._template_paths_default() == [os.path.join(app.data_files_path, "templates")]
+
+
+@pytest.mark.parametrize(
+    ("configured", "searched"),
+    [
+        ([], [TEMPLATES]),  # JupyterHub appends its own after
+        (["/admin"], ["/admin", TEMPLATES]),
+        (
+            ["/admin", "/share/templates", "/late"],
+            ["/admin", TEMPLATES, "/share/templates", "/late"],
+        ),
+        (["/admin", TEMPLATES], ["/admin", TEMPLATES]),
+    ],
+)
+def test_gpuspawners_templates_come_after_the_admins_and_before_jupyterhubs(configured, searched):
+    assert with_ours(configured, "/share") == searched
