@@ -50,7 +50,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.docker)
         if "browser" in fixtures:
             item.add_marker(pytest.mark.browser)
-        item.add_marker(pytest.mark.xdist_group(worker_group(item, fixtures)))
+        if config.pluginmanager.hasplugin("xdist"):  # its mark, known only with it (-p no:xdist)
+            item.add_marker(pytest.mark.xdist_group(worker_group(item, fixtures)))
     wanted = config.getoption("engine_alone")
     if wanted == "include":
         return
