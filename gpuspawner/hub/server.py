@@ -169,7 +169,7 @@ class GPUServer(GPUSettings, EngineSpawner):
     # --- start ------------------------------------------------------------------
     async def start(self) -> Any:
         limits = self.user_limits()
-        profile = self.chosen_profile(limits)
+        profile = self.permitted_profile(limits)
         jobs = self.broker.jobs
         job = jobs.launching(self.orm_spawner.id) if jobs is not None else None
         if job is None and jobs and (why := jobs.refuses_by_hand(self.user.id, self.name)):
@@ -232,7 +232,9 @@ class GPUServer(GPUSettings, EngineSpawner):
         chosen = self.user_options if options is None else options
         return choose_profile(chosen, self.broker.site.profiles, self.images_offered(), more)
 
-    def chosen_profile(self, limits: UserLimits, options: dict[str, Any] | None = None) -> Profile:
+    def permitted_profile(
+        self, limits: UserLimits, options: dict[str, Any] | None = None
+    ) -> Profile:
         """The profile `options` (else its user_options) name, if valid and `limits` let its
         user pick it; else the start's refusal (counted), which says why."""
         options = self.user_options if options is None else options

@@ -207,7 +207,7 @@ def test_the_forms_options_are_checked_by_the_spawner_it_was_sent_to():
         def user_limits(self):
             return "limits"
 
-        def chosen_profile(self, limits, options=None):
+        def permitted_profile(self, limits, options=None):
             self.checked.append(options)
             raise ValueError(f"There is no profile {options['profile']!r}.")
 

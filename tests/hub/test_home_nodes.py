@@ -159,7 +159,7 @@ async def test_a_user_who_chose_so_starts_elsewhere_when_the_homes_machine_is_fu
     assert "your files stay on old" in form
     ann.user_options = {"profile": "gpu-1", "away_from_home": "on"}
     limits = ann.user_limits()
-    ann.chosen_profile(limits)  # the option is accepted where homes are each node's own
+    ann.permitted_profile(limits)  # the option is accepted where homes are each node's own
     assert node_of(await take(ann, "gpu-1", away=True)) == "new"
     assert broker.homes.of("ann") == home
 
@@ -174,11 +174,11 @@ async def test_a_bad_choice_is_refused_and_one_host_knows_no_such_option(broker,
     ann = spawner_of(db, "ann")
     ann.user_options = {"profile": "gpu-1", "away_from_home": "maybe"}
     with pytest.raises(SpawnException, match="away_from_home must be true or false"):
-        ann.chosen_profile(ann.user_limits())
+        ann.permitted_profile(ann.user_limits())
     broker.homes.record = None  # as on one host
     ann.user_options = {"profile": "gpu-1", "away_from_home": True}
     with pytest.raises(SpawnException, match="Unknown option"):
-        ann.chosen_profile(ann.user_limits())
+        ann.permitted_profile(ann.user_limits())
 
 
 # --- homes on shared storage instead ---------------------------------------------------------

@@ -106,7 +106,9 @@ class ChoosesProfiles(Protocol):
 
     def user_limits(self) -> UserLimits: ...
 
-    def chosen_profile(self, limits: UserLimits, options: dict[str, Any] | None = None) -> Any: ...
+    def permitted_profile(
+        self, limits: UserLimits, options: dict[str, Any] | None = None
+    ) -> Any: ...
 
 
 def options_from_form(
@@ -131,5 +133,5 @@ def options_from_form(
             if key != "_xsrf" and not (key == "image" and values == [""])
         }
     if spawner is not None:
-        spawner.chosen_profile(spawner.user_limits(), options)
+        spawner.permitted_profile(spawner.user_limits(), options)
     return options
