@@ -102,6 +102,8 @@ class JobsReplay(Replay):
             for i, run in enumerate(jobs, 1)
         ]
         self.asked = {job.id: job.due for job in self.jobs}  # its first submission
+        self.unsubmitted = list(self.jobs)  # not submitted yet
+        self.live: list[Job] = []  # submitted, and not done, failed or cancelled: by id
         self.by_key = {job.key: job for job in self.jobs}
 
     def _rules(self, run: TrainingJob) -> JobRules:
@@ -120,6 +122,7 @@ class JobsReplay(Replay):
         self.count()
         self.advance()
         self.advance_jobs()
+        self.live = [j for j in self.live if not _final(j)]  # the minute's scans skip the rest
 
     def finish(self) -> None:
         super().finish()
@@ -130,27 +133,25 @@ class JobsReplay(Replay):
 
     # --- 1. and 2.: jobs gone after their grace, submissions ---------------------------
     def end_graces(self) -> None:
-        for job in self.jobs:
+        for job in self.live:
             if job.state is JobState.GIVING_WAY and job.stopping_until <= self.now:
                 self._gone(job)
                 job.state = step(job.state, Event.ENDED)
                 job.preemptions += 1
 
     def submit(self) -> None:
-        for job in self.jobs:
-            if job.state is not None or job.due > self.now:
-                continue
+        for job in [j for j in self.unsubmitted if j.due <= self.now]:
             most = job.rules.max_jobs.value
-            theirs = sum(
-                j.user_id == job.user_id and j.state is not None and not _final(j)
-                for j in self.jobs
-            )
+            theirs = sum(j.user_id == job.user_id for j in self.live)
             if most is not None and theirs >= most:
                 self.out.jobs_refused += not job.put_off
                 job.put_off = True
                 job.due = self.now + RETRY_MINUTES * MINUTE
                 continue
             job.state, job.submitted = JobState.WAITING, self.now
+            self.unsubmitted.remove(job)
+            self.live.append(job)
+        self.live.sort(key=lambda j: j.id)
 
     # --- 3. giving way -----------------------------------------------------------------
     def people_short(self) -> list[Work]:
@@ -190,7 +191,7 @@ class JobsReplay(Replay):
 
     def running(self) -> list[RunningJob]:
         running = []
-        for job in self.jobs:
+        for job in self.live:
             grant = self.pool.grant_of(job.key)
             if job.state is not JobState.RUNNING or grant is None or grant.parked:
                 continue
@@ -216,7 +217,7 @@ class JobsReplay(Replay):
         free enough whole GPUs for (`Pool.fits_if_freed` counts only held units, not
         stopping ones, as freed, so the hub's board does not see them freeing up)."""
         already = sum(
-            j.run.gpus for j in self.jobs if j.state is JobState.GIVING_WAY and j.for_key == to.key
+            j.run.gpus for j in self.live if j.state is JobState.GIVING_WAY and j.for_key == to.key
         )
         self.out.stopped += 1
         self.out.needless += already >= to.gpus
@@ -230,7 +231,7 @@ class JobsReplay(Replay):
     # --- 4. dispatch -------------------------------------------------------------------
     def dispatch(self) -> None:
         free = self.pool.free_count()
-        waiting = [j for j in self.jobs if j.state is JobState.WAITING]
+        waiting = [j for j in self.live if j.state is JobState.WAITING]
         if not waiting or not any(j.run.gpus <= free for j in waiting):
             return  # (a shortcut: the pool would refuse each of them for want of GPUs)
         people = self.people_short()
@@ -277,7 +278,7 @@ class JobsReplay(Replay):
 
     # --- the monitor's tick, the count, the run ------------------------------------------
     def over_runtime(self) -> None:
-        for job in self.jobs:
+        for job in self.live:
             limit = job.rules.max_runtime.value
             running = job.state is JobState.RUNNING and not job.parked
             if running and limit is not None and self.now - job.started >= limit:
@@ -287,7 +288,7 @@ class JobsReplay(Replay):
 
     def tally(self) -> tuple[int, int, int]:
         held, busy, wanted = super().tally()
-        for job in self.jobs:
+        for job in self.live:
             if job.parked:
                 continue
             if job.state in (JobState.RUNNING, JobState.GIVING_WAY):
@@ -298,7 +299,7 @@ class JobsReplay(Replay):
         return held, busy, wanted
 
     def advance_jobs(self) -> None:
-        for job in self.jobs:
+        for job in self.live:
             if job.state is not JobState.RUNNING or job.parked:
                 continue
             job.done += 1

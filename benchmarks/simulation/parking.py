@@ -82,7 +82,7 @@ class ParkingReplay(JobsReplay):
             return False
         own = [
             j
-            for j in self.jobs
+            for j in self.live
             if j.user_id == work.user_id
             and j.state is JobState.RUNNING
             and not j.parked
@@ -147,7 +147,7 @@ class ParkingReplay(JobsReplay):
         if not self.at_limit:
             return
         people = self.people_short()
-        waiting = [j for j in self.jobs if j.state is JobState.WAITING and not self.parkable(j)]
+        waiting = [j for j in self.live if j.state is JobState.WAITING and not self.parkable(j)]
         for job in sorted(waiting, key=lambda j: j.submitted):
             if self.wanted_by(people, job):
                 continue
