@@ -48,6 +48,7 @@ from gpuspawner.core.line import Waiting
 from gpuspawner.core.pool import Holder, NotEnoughGPUs, Pool
 from gpuspawner.core.units import Request
 
+from .books import RememberingPool
 from .line import Line
 from .measures import Outcome
 from .policies import Policy
@@ -141,14 +142,14 @@ class Replay:
         uuids = self.site.uuids
         clock = lambda: self.now  # noqa: E731
         if not self.policy.fixed:
-            shared = Pool(uuids, clock=clock)
+            shared = RememberingPool(uuids, clock=clock)
             return {user: shared for user in users}
         dealt: dict[str, list[str]] = {user: [] for user in users}
         for k in range(max(len(uuids), len(users))):
             dealt[users[k % len(users)]].append(uuids[k % len(uuids)])
         pools: dict[tuple[str, ...], Pool] = {}
         return {
-            user: pools.setdefault(tuple(own), Pool(own, clock=clock))
+            user: pools.setdefault(tuple(own), RememberingPool(own, clock=clock))
             for user, own in dealt.items()
         }
 
