@@ -12,13 +12,16 @@ core's own. (One thread: the replay's.)
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from collections.abc import Callable
+from functools import partial
+from typing import Any, TypeVar, cast
 
 from gpuspawner.core.grants import Admission, Grant, Holder
 from gpuspawner.core.limits import LimitExceeded
 from gpuspawner.core.pool import NotEnoughGPUs, Pool
 from gpuspawner.core.units import Request
 
+A = TypeVar("A")
 G = TypeVar("G", Grant, Grant | None)
 
 
@@ -27,7 +30,7 @@ class RememberingPool(Pool):
         super().__init__(*args, **kwargs)
         # (holder, request, borrows, keep) → the admission asked, and the refusal
         self._refused: dict[tuple[Any, ...], tuple[Admission | None, Exception]] = {}
-        self._taken: dict[tuple[Any, ...], frozenset[str] | None] = {}  # would_take's
+        self._answers: dict[tuple[Any, ...], Any] = {}  # the questions that take nothing
 
     def allocate(
         self,
@@ -51,10 +54,18 @@ class RememberingPool(Pool):
     def would_take(
         self, request: Request, freed: frozenset[str], claimed: frozenset[str] = frozenset()
     ) -> frozenset[str] | None:
-        question = (request, freed, claimed)
-        if question not in self._taken:
-            self._taken[question] = super().would_take(request, freed, claimed)
-        return self._taken[question]
+        answer = partial(super().would_take, request, freed, claimed)
+        return self._remembered(("would_take", request, freed, claimed), answer)
+
+    def free_count(self, request: Request | None = None) -> int:
+        return self._remembered(("free_count", request), partial(super().free_count, request))
+
+    def parked_units(self) -> frozenset[str]:
+        """The units parked grants are bound to."""
+        return self._remembered(
+            ("parked_units",),
+            lambda: frozenset(u for g in self.grants() if g.parked for u in g.ids),
+        )
 
     def park(self, key: int) -> Grant:
         return self._changing(super().park(key))
@@ -68,8 +79,13 @@ class RememberingPool(Pool):
     def release(self, key: int) -> Grant | None:
         return self._changing(super().release(key))
 
+    def _remembered(self, question: tuple[Any, ...], answer: Callable[[], A]) -> A:
+        if question not in self._answers:
+            self._answers[question] = answer()
+        return cast(A, self._answers[question])
+
     def _changing(self, grant: G) -> G:
         """What a change returned, once it is made (one refused changes nothing)."""
         self._refused.clear()
-        self._taken.clear()
+        self._answers.clear()
         return grant

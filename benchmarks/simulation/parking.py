@@ -153,7 +153,7 @@ class ParkingReplay(JobsReplay):
                 continue
             reclaimable = self._units_of(self.at_limit)
             taken = self.pool.would_take(
-                job.request, frozenset(), self._bound_units() - reclaimable
+                job.request, frozenset(), self.pool.parked_units() - reclaimable
             )
             if taken is None or not taken & reclaimable:
                 continue
@@ -164,9 +164,6 @@ class ParkingReplay(JobsReplay):
             for key in sorted(self.at_limit, key=self.parked_people.__getitem__):
                 if taken & self._units_of({key}):
                     self.cull(self.servers[key], "parked, its GPU needed")
-
-    def _bound_units(self) -> frozenset[str]:
-        return frozenset(u for g in self.pool.grants() if g.parked for u in g.ids)
 
     def _units_of(self, keys: Iterable[int]) -> frozenset[str]:
         return frozenset(u for k in keys for u in self.pool.grant_of(k).ids)  # type: ignore[union-attr]
@@ -183,7 +180,7 @@ class ParkingReplay(JobsReplay):
 
     def arbitrate(self) -> None:
         """On each GPU parked work is bound to, the moves `core.parking.decide` says."""
-        for unit_id in sorted(self._bound_units()):
+        for unit_id in sorted(self.pool.parked_units()):
             for _ in range(MOVES_PER_MINUTE):
                 bound = self._bound(unit_id)
                 step = decide(bound, ROOM, self.now, PARK_AFTER, self.policy.turn_quantum)
