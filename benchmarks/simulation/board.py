@@ -103,7 +103,7 @@ class JobsReplay(Replay):
         ]
         self.asked = {job.id: job.due for job in self.jobs}  # its first submission
         self.unsubmitted = list(self.jobs)  # not submitted yet
-        self.live: list[Job] = []  # submitted, and not done, failed or cancelled: by id
+        self.live: list[Job] = []  # submitted, and not done or failed yet: by id
         self.by_key = {job.key: job for job in self.jobs}
 
     def _rules(self, run: TrainingJob) -> JobRules:
@@ -122,7 +122,6 @@ class JobsReplay(Replay):
         self.count()
         self.advance()
         self.advance_jobs()
-        self.live = [j for j in self.live if not _final(j)]  # the minute's scans skip the rest
 
     def finish(self) -> None:
         super().finish()
@@ -278,12 +277,11 @@ class JobsReplay(Replay):
 
     # --- the monitor's tick, the count, the run ------------------------------------------
     def over_runtime(self) -> None:
-        for job in self.live:
+        for job in list(self.live):
             limit = job.rules.max_runtime.value
             running = job.state is JobState.RUNNING and not job.parked
             if running and limit is not None and self.now - job.started >= limit:
-                job.state = step(JobState.RUNNING, Event.OVER_RUNTIME)
-                self._gone(job)
+                self._ends(job, Event.OVER_RUNTIME)
                 self.out.jobs_failed += 1
 
     def tally(self) -> tuple[int, int, int]:
@@ -299,16 +297,21 @@ class JobsReplay(Replay):
         return held, busy, wanted
 
     def advance_jobs(self) -> None:
-        for job in self.live:
+        for job in list(self.live):
             if job.state is not JobState.RUNNING or job.parked:
                 continue
             job.done += 1
             if job.run.checkpoint and job.done % job.run.checkpoint == 0:
                 job.saved = job.done
             if job.done >= job.run.minutes:
-                job.state = step(job.state, Event.FINISHED)
-                self._gone(job)
+                self._ends(job, Event.FINISHED)
                 self.out.turnarounds.append(self.now + MINUTE - self.asked[job.id])
+
+    def _ends(self, job: Job, event: Event) -> None:
+        """A running job is done or failed: gone, and no longer among the live."""
+        job.state = step(JobState.RUNNING, event)
+        self._gone(job)
+        self.live.remove(job)
 
     def _gone(self, job: Job) -> None:
         """Its container is gone: its GPUs go back, as in the hub."""
