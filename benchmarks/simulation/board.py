@@ -28,6 +28,7 @@ lost (a job that saves then loses nothing).
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -139,10 +140,13 @@ class JobsReplay(Replay):
                 job.preemptions += 1
 
     def submit(self) -> None:
-        for job in [j for j in self.unsubmitted if j.due <= self.now]:
+        due = [j for j in self.unsubmitted if j.due <= self.now]
+        if not due:
+            return
+        theirs = Counter(j.user_id for j in self.live)  # each owner's unfinished jobs
+        for job in due:
             most = job.rules.max_jobs.value
-            theirs = sum(j.user_id == job.user_id for j in self.live)
-            if most is not None and theirs >= most:
+            if most is not None and theirs[job.user_id] >= most:
                 self.out.jobs_refused += not job.put_off
                 job.put_off = True
                 job.due = self.now + RETRY_MINUTES * MINUTE
@@ -150,6 +154,7 @@ class JobsReplay(Replay):
             job.state, job.submitted = JobState.WAITING, self.now
             self.unsubmitted.remove(job)
             self.live.append(job)
+            theirs[job.user_id] += 1
         self.live.sort(key=lambda j: j.id)
 
     # --- 3. giving way -----------------------------------------------------------------
