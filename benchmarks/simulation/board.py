@@ -239,14 +239,11 @@ class JobsReplay(Replay):
         if not waiting or not any(j.run.gpus <= free for j in waiting):
             return  # (a shortcut: the pool would refuse each of them for want of GPUs)
         people = self.people_short()
-        recent = self.line.recent(self.now) if self.line is not None else {}
-        order = in_order(
-            [
-                Waiting(j.id, j.user_id, DEFAULT_GROUP, j.rules.priority, 0.0, j.submitted)
-                for j in waiting
-            ],
-            recent,
-        )
+        line = [
+            Waiting(j.id, j.user_id, DEFAULT_GROUP, j.rules.priority, 0.0, j.submitted)
+            for j in waiting
+        ]
+        order = in_order(line, self.line.recent(line, self.now) if self.line is not None else {})
         by_id = {j.id: j for j in waiting}
         for entry in order:
             job = by_id[entry.key]

@@ -33,8 +33,11 @@ class Line:
         if record is not None:
             self.ended.append(replace(record, end=now))
 
-    def recent(self, now: float) -> dict[int, float]:
-        """Each user's decayed GPU-hours, servers' and jobs' alike."""
+    def recent(self, waiting: Sequence[Waiting], now: float) -> dict[int, float]:
+        """Each user's decayed GPU-hours, servers' and jobs' alike, where `in_order` needs
+        them to order `waiting`: only between two users or more."""
+        if len({w.user_id for w in waiting}) < 2:
+            return {}
         return decayed_gpu_hours([*self.ended, *self.running.values()], now)
 
     def starting(
@@ -47,8 +50,7 @@ class Line:
         """Who of `waiting` starts now; `start` tries to give one its GPUs, for real (a limit
         that holds it, `Outcome.HELD`, keeps nothing back for it, as in the hub's line);
         `behind` hears of each that waits behind a start GPUs are kept for (not tried)."""
-        recent = self.recent(now) if len(waiting) > 1 else {}  # order matters from two on
-        ordered = in_order(waiting, recent)
+        ordered = in_order(waiting, self.recent(waiting, now))
         self.order = [w.key for w in ordered]
 
         def apart(w: Waiting, starting: Sequence[Waiting], heads: Sequence[Waiting]) -> bool:
