@@ -2,7 +2,8 @@
 
 A replay asks the pool the same questions minute after minute: a refused person
 asks again every few minutes, each waiting job is tried every minute, and the
-parking rows ask where each start would go several times a minute. Between two
+parking rows ask where each start would go, and try restores the GPU's grace
+still holds back, several times a minute. Between two
 changes of the books (a grant made, parked, restored, stopping or released) the
 pool's answer to the same question is the same: the simulator marks no GPU
 unhealthy, external or unreachable, and a user's limits weigh only what the
@@ -18,7 +19,7 @@ from typing import Any, TypeVar, cast
 
 from gpuspawner.core.grants import Admission, Grant, Holder
 from gpuspawner.core.limits import LimitExceeded
-from gpuspawner.core.pool import NotEnoughGPUs, Pool
+from gpuspawner.core.pool import NotEnoughGPUs, Pool, StillLent
 from gpuspawner.core.units import Request
 
 A = TypeVar("A")
@@ -28,7 +29,7 @@ G = TypeVar("G", Grant, Grant | None)
 class RememberingPool(Pool):
     def __init__(self, *args: Any, **kwargs: Any) -> None:  # Pool's
         super().__init__(*args, **kwargs)
-        # (holder, request, borrows, keep) → the admission asked, and the refusal
+        # a change's question → the admission asked, and the refusal
         self._refused: dict[tuple[Any, ...], tuple[Admission | None, Exception]] = {}
         self._answers: dict[tuple[Any, ...], Any] = {}  # the questions that take nothing
 
@@ -40,16 +41,8 @@ class RememberingPool(Pool):
         borrows: bool = True,
         keep: frozenset[str] = frozenset(),
     ) -> Grant:
-        question = (holder, request, borrows, keep)
-        asked = self._refused.get(question)
-        if asked is not None and asked[0] == admit:  # the same limits (a bound method)
-            raise asked[1].with_traceback(None)
-        try:
-            grant = super().allocate(holder, request, admit, borrows, keep)
-        except (NotEnoughGPUs, LimitExceeded) as refusal:
-            self._refused[question] = (admit, refusal)
-            raise
-        return self._changing(grant)
+        made = partial(super().allocate, holder, request, admit, borrows, keep)
+        return self._unless_refused(("allocate", holder, request, borrows, keep), admit, made)
 
     def would_take(
         self, request: Request, freed: frozenset[str], claimed: frozenset[str] = frozenset()
@@ -71,13 +64,28 @@ class RememberingPool(Pool):
         return self._changing(super().park(key))
 
     def restore(self, key: int, admit: Admission | None = None) -> Grant:
-        return self._changing(super().restore(key, admit))
+        return self._unless_refused(("restore", key), admit, partial(super().restore, key, admit))
 
     def begin_release(self, key: int) -> Grant | None:
         return self._changing(super().begin_release(key))
 
     def release(self, key: int) -> Grant | None:
         return self._changing(super().release(key))
+
+    def _unless_refused(
+        self, question: tuple[Any, ...], admit: Admission | None, change: Callable[[], Grant]
+    ) -> Grant:
+        """The change made, unless the same question with the same limits (`admit`, a bound
+        method) was refused since the books last changed: then that refusal again."""
+        asked = self._refused.get(question)
+        if asked is not None and asked[0] == admit:
+            raise asked[1].with_traceback(None)
+        try:
+            grant = change()
+        except (NotEnoughGPUs, StillLent, LimitExceeded) as refusal:
+            self._refused[question] = (admit, refusal)
+            raise
+        return self._changing(grant)
 
     def _remembered(self, question: tuple[Any, ...], answer: Callable[[], A]) -> A:
         if question not in self._answers:
