@@ -34,11 +34,14 @@ class Line:
             self.ended.append(replace(record, end=now))
 
     def recent(self, waiting: Sequence[Waiting], now: float) -> dict[int, float]:
-        """Each user's decayed GPU-hours, servers' and jobs' alike, where `in_order` needs
-        them to order `waiting`: only between two users or more."""
-        if len({w.user_id for w in waiting}) < 2:
+        """The decayed GPU-hours, servers' and jobs' alike, that `in_order` reads to order
+        `waiting`: its users' (each summed over their own records, in the same order), and
+        only between two users or more."""
+        users = {w.user_id for w in waiting}
+        if len(users) < 2:
             return {}
-        return decayed_gpu_hours([*self.ended, *self.running.values()], now)
+        records = [r for r in [*self.ended, *self.running.values()] if r.user_id in users]
+        return decayed_gpu_hours(records, now)
 
     def starting(
         self,
