@@ -17,6 +17,7 @@ as jobs, and says whether the jobs meet item 8's goal.
 
 On the documented week it also replays ten other generated weeks for the
 spread, and writes the tables into benchmarks/README.md and the plots beside it.
+The replays run side by side, one process per core (--processes 1: one after another).
 The trace formats, the site file and the model's assumptions: benchmarks/README.md.
 """
 
