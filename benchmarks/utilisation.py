@@ -17,17 +17,22 @@ as jobs, and says whether the jobs meet item 8's goal.
 
 On the documented week it also replays ten other generated weeks for the
 spread, and writes the tables into benchmarks/README.md and the plots beside it.
+The replays run side by side, one process per core (--processes 1: one after another).
 The trace formats, the site file and the model's assumptions: benchmarks/README.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import time
+from concurrent.futures import Executor, Future, ProcessPoolExecutor
+from functools import cache
 from pathlib import Path
 
 from figures import machine
 from simulation.jobs import TrainingJob, as_jobs, read_jobs, write_jobs
+from simulation.measures import Outcome
 from simulation.plot import plot_week
 from simulation.policies import Policy, policies, training_policies
 from simulation.report import (
@@ -44,7 +49,7 @@ from simulation.report import (
     verdict,
     write_readme,
 )
-from simulation.site import Site, load_site
+from simulation.site import load_site
 from simulation.synthetic import generate, generate_backlog
 from simulation.trace import Session, read_trace, write_trace
 from simulation.week import check_jobs, replay_week
@@ -73,6 +78,12 @@ def main() -> None:
     parser.add_argument("--generate", type=Path, help="write the generated week here, and stop")
     parser.add_argument("--generate-jobs", type=Path, help="write its backlog here, and stop")
     parser.add_argument("--plot", type=Path, help=f"where the plot goes (default: {PLOT.name})")
+    parser.add_argument(
+        "--processes",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="replays run side by side, one a process (default: one per core)",
+    )
     args = parser.parse_args()
 
     seed = 1 if args.seed is None else args.seed
@@ -100,8 +111,15 @@ def main() -> None:
 
     started = time.perf_counter()
     others = [(generate(s), generate_backlog(s)) for s in SPREAD_SEEDS] if documented else []
-    results = compare(policies(site), site, sessions, [], [(week, []) for week, _ in others])
-    training = compare(training_policies(site), site, sessions, runs, others) if runs else []
+    with ProcessPoolExecutor(args.processes) as pool:  # the replays share nothing
+        people: list[tuple[list[Session], list[TrainingJob]]] = [(w, []) for w, _ in others]
+        asked = replaying(pool, policies(site), args.site, sessions, [], people)
+        trained = (
+            replaying(pool, training_policies(site), args.site, sessions, runs, others)
+            if runs
+            else []
+        )
+        results, training = compared(asked), compared(trained)
     took = time.perf_counter() - started
 
     parts = [
@@ -125,7 +143,10 @@ def main() -> None:
     print(block)
     weeks = 1 + len(others)
     replays = (len(results) + len(training)) * weeks
-    print(f"\nreplayed {replays} weeks ({weeks} week(s), every policy) in {took:.1f} s")
+    print(
+        f"\nreplayed {replays} weeks ({weeks} week(s), every policy) in {took:.1f} s, "
+        f"{args.processes} at a time"
+    )
     stem = args.trace.stem if args.trace else f"seed{args.seed}"
     plot = args.plot or (PLOT if documented else Path(f"utilisation-{stem}.png"))
     start = min([s.arrival for s in sessions] + [j.submitted for j in runs])
@@ -145,21 +166,37 @@ def shown(path: Path) -> str:
     return str(path.relative_to(HERE.parent) if path.is_relative_to(HERE.parent) else path)
 
 
-def compare(
+Replays = list[tuple[Policy, list["Future[Outcome]"]]]
+
+
+def replaying(
+    pool: Executor,
     chosen: tuple[Policy, ...],
-    site: Site,
+    site: Path,
     sessions: list[Session],
     runs: list[TrainingJob],
     others: list[tuple[list[Session], list[TrainingJob]]],
-) -> list[Result]:
-    """Each policy on the week, and on the other weeks for the spread."""
+) -> Replays:
+    """Each policy on the week, and on the other weeks for the spread, asked of `pool`."""
+    weeks = [(sessions, runs), *others]
+    return [(p, [pool.submit(replayed, site, w, more, p) for w, more in weeks]) for p in chosen]
+
+
+def replayed(
+    site: Path, sessions: list[Session], runs: list[TrainingJob], policy: Policy
+) -> Outcome:
+    """One replay, in one of the pool's processes: the site read there from its file (the
+    core's profiles do not pickle), once a process."""
+    return replay_week(sessions, runs, site_in(site), policy)
+
+
+site_in = cache(load_site)
+
+
+def compared(asked: Replays) -> list[Result]:
+    """The replays' outcomes, once done, in the order asked."""
     return [
-        Result(
-            p,
-            replay_week(sessions, runs, site, p),
-            tuple(replay_week(week, more, site, p) for week, more in others),
-        )
-        for p in chosen
+        Result(p, first.result(), tuple(f.result() for f in rest)) for p, (first, *rest) in asked
     ]
 
 

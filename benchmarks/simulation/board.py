@@ -28,6 +28,7 @@ lost (a job that saves then loses nothing).
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -102,6 +103,8 @@ class JobsReplay(Replay):
             for i, run in enumerate(jobs, 1)
         ]
         self.asked = {job.id: job.due for job in self.jobs}  # its first submission
+        self.unsubmitted = list(self.jobs)  # not submitted yet
+        self.live: list[Job] = []  # submitted, and not done or failed yet: by id
         self.by_key = {job.key: job for job in self.jobs}
 
     def _rules(self, run: TrainingJob) -> JobRules:
@@ -130,27 +133,29 @@ class JobsReplay(Replay):
 
     # --- 1. and 2.: jobs gone after their grace, submissions ---------------------------
     def end_graces(self) -> None:
-        for job in self.jobs:
+        for job in self.live:
             if job.state is JobState.GIVING_WAY and job.stopping_until <= self.now:
                 self._gone(job)
                 job.state = step(job.state, Event.ENDED)
                 job.preemptions += 1
 
     def submit(self) -> None:
-        for job in self.jobs:
-            if job.state is not None or job.due > self.now:
-                continue
+        due = [j for j in self.unsubmitted if j.due <= self.now]
+        if not due:
+            return
+        theirs = Counter(j.user_id for j in self.live)  # each owner's unfinished jobs
+        for job in due:
             most = job.rules.max_jobs.value
-            theirs = sum(
-                j.user_id == job.user_id and j.state is not None and not _final(j)
-                for j in self.jobs
-            )
-            if most is not None and theirs >= most:
+            if most is not None and theirs[job.user_id] >= most:
                 self.out.jobs_refused += not job.put_off
                 job.put_off = True
                 job.due = self.now + RETRY_MINUTES * MINUTE
                 continue
             job.state, job.submitted = JobState.WAITING, self.now
+            self.unsubmitted.remove(job)
+            self.live.append(job)
+            theirs[job.user_id] += 1
+        self.live.sort(key=lambda j: j.id)
 
     # --- 3. giving way -----------------------------------------------------------------
     def people_short(self) -> list[Work]:
@@ -190,7 +195,7 @@ class JobsReplay(Replay):
 
     def running(self) -> list[RunningJob]:
         running = []
-        for job in self.jobs:
+        for job in self.live:
             grant = self.pool.grant_of(job.key)
             if job.state is not JobState.RUNNING or grant is None or grant.parked:
                 continue
@@ -216,7 +221,7 @@ class JobsReplay(Replay):
         free enough whole GPUs for (`Pool.fits_if_freed` counts only held units, not
         stopping ones, as freed, so the hub's board does not see them freeing up)."""
         already = sum(
-            j.run.gpus for j in self.jobs if j.state is JobState.GIVING_WAY and j.for_key == to.key
+            j.run.gpus for j in self.live if j.state is JobState.GIVING_WAY and j.for_key == to.key
         )
         self.out.stopped += 1
         self.out.needless += already >= to.gpus
@@ -230,18 +235,15 @@ class JobsReplay(Replay):
     # --- 4. dispatch -------------------------------------------------------------------
     def dispatch(self) -> None:
         free = self.pool.free_count()
-        waiting = [j for j in self.jobs if j.state is JobState.WAITING]
+        waiting = [j for j in self.live if j.state is JobState.WAITING]
         if not waiting or not any(j.run.gpus <= free for j in waiting):
             return  # (a shortcut: the pool would refuse each of them for want of GPUs)
         people = self.people_short()
-        recent = self.line.recent(self.now) if self.line is not None else {}
-        order = in_order(
-            [
-                Waiting(j.id, j.user_id, DEFAULT_GROUP, j.rules.priority, 0.0, j.submitted)
-                for j in waiting
-            ],
-            recent,
-        )
+        line = [
+            Waiting(j.id, j.user_id, DEFAULT_GROUP, j.rules.priority, 0.0, j.submitted)
+            for j in waiting
+        ]
+        order = in_order(line, self.line.recent(line, self.now) if self.line is not None else {})
         by_id = {j.id: j for j in waiting}
         for entry in order:
             job = by_id[entry.key]
@@ -277,17 +279,16 @@ class JobsReplay(Replay):
 
     # --- the monitor's tick, the count, the run ------------------------------------------
     def over_runtime(self) -> None:
-        for job in self.jobs:
+        for job in list(self.live):
             limit = job.rules.max_runtime.value
             running = job.state is JobState.RUNNING and not job.parked
             if running and limit is not None and self.now - job.started >= limit:
-                job.state = step(JobState.RUNNING, Event.OVER_RUNTIME)
-                self._gone(job)
+                self._ends(job, Event.OVER_RUNTIME)
                 self.out.jobs_failed += 1
 
     def tally(self) -> tuple[int, int, int]:
         held, busy, wanted = super().tally()
-        for job in self.jobs:
+        for job in self.live:
             if job.parked:
                 continue
             if job.state in (JobState.RUNNING, JobState.GIVING_WAY):
@@ -298,16 +299,21 @@ class JobsReplay(Replay):
         return held, busy, wanted
 
     def advance_jobs(self) -> None:
-        for job in self.jobs:
+        for job in list(self.live):
             if job.state is not JobState.RUNNING or job.parked:
                 continue
             job.done += 1
             if job.run.checkpoint and job.done % job.run.checkpoint == 0:
                 job.saved = job.done
             if job.done >= job.run.minutes:
-                job.state = step(job.state, Event.FINISHED)
-                self._gone(job)
+                self._ends(job, Event.FINISHED)
                 self.out.turnarounds.append(self.now + MINUTE - self.asked[job.id])
+
+    def _ends(self, job: Job, event: Event) -> None:
+        """A running job is done or failed: gone, and no longer among the live."""
+        job.state = step(JobState.RUNNING, event)
+        self._gone(job)
+        self.live.remove(job)
 
     def _gone(self, job: Job) -> None:
         """Its container is gone: its GPUs go back, as in the hub."""

@@ -33,9 +33,15 @@ class Line:
         if record is not None:
             self.ended.append(replace(record, end=now))
 
-    def recent(self, now: float) -> dict[int, float]:
-        """Each user's decayed GPU-hours, servers' and jobs' alike."""
-        return decayed_gpu_hours([*self.ended, *self.running.values()], now)
+    def recent(self, waiting: Sequence[Waiting], now: float) -> dict[int, float]:
+        """The decayed GPU-hours, servers' and jobs' alike, that `in_order` reads to order
+        `waiting`: its users' (each summed over their own records, in the same order), and
+        only between two users or more."""
+        users = {w.user_id for w in waiting}
+        if len(users) < 2:
+            return {}
+        records = [r for r in [*self.ended, *self.running.values()] if r.user_id in users]
+        return decayed_gpu_hours(records, now)
 
     def starting(
         self,
@@ -47,8 +53,7 @@ class Line:
         """Who of `waiting` starts now; `start` tries to give one its GPUs, for real (a limit
         that holds it, `Outcome.HELD`, keeps nothing back for it, as in the hub's line);
         `behind` hears of each that waits behind a start GPUs are kept for (not tried)."""
-        recent = self.recent(now) if len(waiting) > 1 else {}  # order matters from two on
-        ordered = in_order(waiting, recent)
+        ordered = in_order(waiting, self.recent(waiting, now))
         self.order = [w.key for w in ordered]
 
         def apart(w: Waiting, starting: Sequence[Waiting], heads: Sequence[Waiting]) -> bool:

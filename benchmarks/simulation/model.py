@@ -45,9 +45,10 @@ from gpuspawner.core.gpus import Telemetry
 from gpuspawner.core.limits import LimitExceeded, UserLimits
 from gpuspawner.core.line import Outcome as Tried
 from gpuspawner.core.line import Waiting
-from gpuspawner.core.pool import Holder, NotEnoughGPUs, Pool
+from gpuspawner.core.pool import Holder, NotEnoughGPUs
 from gpuspawner.core.units import Request
 
+from .books import RememberingPool
 from .line import Line
 from .measures import Outcome
 from .policies import Policy
@@ -135,20 +136,20 @@ class Replay:
         self._done: set[int] = set()  # runs (by order) that got done
         self.in_line: list[Work] = []  # who waits in line after this minute's pass, in order
 
-    def _books(self, users: list[str]) -> dict[str, Pool]:
+    def _books(self, users: list[str]) -> dict[str, RememberingPool]:
         """The pool each person draws from: one shared, or for the fixed split, their own
         GPUs, dealt round-robin (with more people than GPUs, some people share one)."""
         uuids = self.site.uuids
         clock = lambda: self.now  # noqa: E731
         if not self.policy.fixed:
-            shared = Pool(uuids, clock=clock)
+            shared = RememberingPool(uuids, clock=clock)
             return {user: shared for user in users}
         dealt: dict[str, list[str]] = {user: [] for user in users}
         for k in range(max(len(uuids), len(users))):
             dealt[users[k % len(users)]].append(uuids[k % len(uuids)])
-        pools: dict[tuple[str, ...], Pool] = {}
+        pools: dict[tuple[str, ...], RememberingPool] = {}
         return {
-            user: pools.setdefault(tuple(own), Pool(own, clock=clock))
+            user: pools.setdefault(tuple(own), RememberingPool(own, clock=clock))
             for user, own in dealt.items()
         }
 

@@ -82,7 +82,7 @@ class ParkingReplay(JobsReplay):
             return False
         own = [
             j
-            for j in self.jobs
+            for j in self.live
             if j.user_id == work.user_id
             and j.state is JobState.RUNNING
             and not j.parked
@@ -147,13 +147,13 @@ class ParkingReplay(JobsReplay):
         if not self.at_limit:
             return
         people = self.people_short()
-        waiting = [j for j in self.jobs if j.state is JobState.WAITING and not self.parkable(j)]
+        waiting = [j for j in self.live if j.state is JobState.WAITING and not self.parkable(j)]
         for job in sorted(waiting, key=lambda j: j.submitted):
             if self.wanted_by(people, job):
                 continue
             reclaimable = self._units_of(self.at_limit)
             taken = self.pool.would_take(
-                job.request, frozenset(), self._bound_units() - reclaimable
+                job.request, frozenset(), self.pool.parked_units() - reclaimable
             )
             if taken is None or not taken & reclaimable:
                 continue
@@ -164,9 +164,6 @@ class ParkingReplay(JobsReplay):
             for key in sorted(self.at_limit, key=self.parked_people.__getitem__):
                 if taken & self._units_of({key}):
                     self.cull(self.servers[key], "parked, its GPU needed")
-
-    def _bound_units(self) -> frozenset[str]:
-        return frozenset(u for g in self.pool.grants() if g.parked for u in g.ids)
 
     def _units_of(self, keys: Iterable[int]) -> frozenset[str]:
         return frozenset(u for k in keys for u in self.pool.grant_of(k).ids)  # type: ignore[union-attr]
@@ -183,7 +180,7 @@ class ParkingReplay(JobsReplay):
 
     def arbitrate(self) -> None:
         """On each GPU parked work is bound to, the moves `core.parking.decide` says."""
-        for unit_id in sorted(self._bound_units()):
+        for unit_id in sorted(self.pool.parked_units()):
             for _ in range(MOVES_PER_MINUTE):
                 bound = self._bound(unit_id)
                 step = decide(bound, ROOM, self.now, PARK_AFTER, self.policy.turn_quantum)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from fractions import Fraction
+from functools import cached_property
 from typing import TypeVar
 
 from .units import Unit
@@ -62,9 +63,10 @@ class Grant:
         """The machine its units are on (a grant never spans two); "" on one host."""
         return self.units[0].node if self.units else ""
 
-    @property
+    @cached_property
     def weight(self) -> Fraction:
-        """GPU-equivalents held: what limits count."""
+        """GPU-equivalents held: what limits count (its units never change: summed once,
+        not at each limit check over every grant)."""
         return sum((u.weight for u in self.units), Fraction(0))
 
 
