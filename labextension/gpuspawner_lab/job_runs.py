@@ -95,7 +95,9 @@ def run_notebook(job: Job, log: Log, progress: Progress, stop: Stop) -> tuple[St
     progress.cells = cells = {"done": 0, "total": len(code)}
     progress.report("running")
 
-    client = NotebookClient(notebook, timeout=None)  # the kernel the notebook names
+    # the kernel the notebook names; a cell's prints kept as one output each, as the user
+    # printed them, however the kernel's stdout happened to be flushed in pieces
+    client = NotebookClient(notebook, timeout=None, coalesce_streams=True)
     error: str | None = None
     with client.setup_kernel():
         stop.watch(kernel_group(client))
