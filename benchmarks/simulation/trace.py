@@ -37,10 +37,11 @@ class TraceError(ValueError):
     """A trace that cannot be replayed: the message names the file, the line and the fix."""
 
 
-@dataclass(frozen=True)
-class Segment:
-    kind: str  # one of KINDS
-    minutes: int
+class OfKind:
+    """A stretch of a session by its kind (one of KINDS): what it means for the GPU and the
+    person (a trace's Segment, in minutes; the stack replay's Part, in seconds)."""
+
+    kind: str
 
     @property
     def busy(self) -> bool:
@@ -50,6 +51,12 @@ class Segment:
     def present(self) -> bool:
         """Whether the person is at the notebook, which Jupyter counts as activity."""
         return self.kind != "A"
+
+
+@dataclass(frozen=True)
+class Segment(OfKind):
+    kind: str  # one of KINDS
+    minutes: int
 
 
 @dataclass(frozen=True)

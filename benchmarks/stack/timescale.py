@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from simulation.jobs import TrainingJob
-from simulation.trace import Session
+from simulation.trace import OfKind, Session
 
 from gpuspawner.config.settings import GPUSettings
 from gpuspawner.core.limit_keys import GPU_HOURS, KEY, SECONDS
@@ -82,19 +82,11 @@ UNSCALED = (
 
 
 @dataclass(frozen=True)
-class Part:
+class Part(OfKind):
     """A segment of a session's pattern, in real seconds (`simulation.trace.Segment`)."""
 
     kind: str  # B, I or A
     seconds: float
-
-    @property
-    def busy(self) -> bool:
-        return self.kind != "I"
-
-    @property
-    def present(self) -> bool:
-        return self.kind != "A"
 
 
 @dataclass(frozen=True)
