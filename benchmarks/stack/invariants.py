@@ -24,6 +24,7 @@ from typing import Any
 from gpuspawner.engine.base import Seen
 
 GONE_GRACE = 5.0  # seconds from a container's end to its GPUs' release, at most
+DETAILS = 50  # breaches said in words, the first ones of a run
 KINDS = ("two_holders", "running_on_free", "held_after_gone")
 Who = tuple[str, str]  # (user, server)
 
@@ -105,6 +106,7 @@ class Watch:
         self.seen: set[tuple[str, Who]] = set()  # (GPU, holder) whose container Docker showed
         self.missing_since: dict[tuple[str, Who], float] = {}
         self.counts: Counter[str] = Counter({kind: 0 for kind in KINDS})
+        self.details: list[str] = []  # the first DETAILS breaches, for the run's reader
 
     def check(self, sample: Sample) -> Counter[str]:
         found: Counter[str] = Counter()
@@ -113,15 +115,27 @@ class Watch:
         for gpu in sample.after:
             there = running.get(gpu.uuid, set())
             parked = set(gpu.parked) | set(before[gpu.uuid].parked if gpu.uuid in before else ())
-            if len(there) > 1 + len(parked & there):
-                found["two_holders"] += 1
             earlier = before.get(gpu.uuid)
-            if there and gpu.state == "free" and (earlier is None or earlier.state == "free"):
-                found["running_on_free"] += 1
-            if gpu.holder is not None and self._gone_too_long(gpu, there, sample.at):
-                found["held_after_gone"] += 1
+            breached = [
+                ("two_holders", len(there) > 1 + len(parked & there)),
+                ("running_on_free", bool(there) and gpu.state == "free"
+                 and (earlier is None or earlier.state == "free")),
+                ("held_after_gone", gpu.holder is not None
+                 and self._gone_too_long(gpu, there, sample.at)),
+            ]  # fmt: skip
+            for kind in (kind for kind, breach in breached if breach):
+                found[kind] += 1
+                self._say(sample.at, kind, gpu, earlier, there)
         self.counts.update(found)
         return found
+
+    def _say(self, at: float, kind: str, gpu: Gpu, earlier: Gpu | None, there: set[Who]) -> None:
+        if len(self.details) < DETAILS:
+            self.details.append(
+                f"{at:.2f} {kind} on {gpu.uuid}: pool {gpu.state} (before: "
+                f"{earlier.state if earlier else '?'}), holder {gpu.holder}, parked "
+                f"{list(gpu.parked)}; Docker runs {sorted(there)}"
+            )
 
     def _gone_too_long(self, gpu: Gpu, there: set[Who], at: float) -> bool:
         assert gpu.holder is not None

@@ -116,7 +116,8 @@ def figures(
         "resume_wait_p95": waits(resume_waits, factor)["p95"],
         "jobs": len(jobs),
         "jobs_done": sum(j.state == "done" for j in jobs.values()),
-        "gave_way": sum(j.preemptions for j in jobs.values()),
+        "gave_way": sum(a.ended == "sigterm" for j in jobs.values() for a in j.work.attempts),
+        "preemptions": sum(j.preemptions for j in jobs.values()),  # the hub's: parks too
         "gpu_hours_lost": round(lost, 2),
     }
 

@@ -129,6 +129,10 @@ def test_two_holders_on_a_gpu_breach_unless_the_books_say_one_is_parked_there():
     unparked = [gpu("GPU-0", "allocated", ANN)]
     assert watch.check(sample(2, unparked, both))["two_holders"] == 1
     assert watch.counts["two_holders"] == 1
+    assert watch.details == [
+        "2.00 two_holders on GPU-0: pool allocated (before: allocated), holder ('ann', ''), "
+        "parked []; Docker runs [('ann', ''), ('rob', 'job-1')]"
+    ]
 
 
 def test_a_running_container_on_a_gpu_free_in_both_reads_breaches():
@@ -204,10 +208,11 @@ def test_the_stacks_figures_in_the_traces_time():
     journal = lost_work([
         {"event": "start", "step": 0, "step_seconds": 1.0, "time": 0},
         {"event": "step", "step": 30, "time": 30},
+        {"event": "end", "step": 30, "why": "sigterm", "time": 31},  # gave way, saved at 20
         {"event": "start", "step": 20, "time": 40},
         {"event": "step", "step": 40, "time": 60},
     ])  # fmt: skip
-    jobs = {JOB: JobEnd(2, "running", 1, journal)}
+    jobs = {JOB: JobEnd(2, "running", 3, journal)}  # the hub counts its 2 parks too
     busy = [gpu("GPU-0", busy=True)]
     found = figures(30, 2, 100.0, 100.0, starts, [sample(100, busy, []), sample(150, [], [])],
                     0, [2.0], jobs)  # fmt: skip
@@ -215,7 +220,7 @@ def test_the_stacks_figures_in_the_traces_time():
     assert found["machine_busy"] == round(50 / 200, 4)
     assert found["wait_granted"] == {"p50": 60.0, "p95": 1500.0, "max": 1500.0}
     assert found["wait_ready"]["p50"] == 150.0 and found["never_granted"] == 1
-    assert found["gave_way"] == 1 and found["jobs_done"] == 0
+    assert found["gave_way"] == 1 and found["preemptions"] == 3 and found["jobs_done"] == 0
     assert found["gpu_hours_lost"] == round(10 * 2 * 30 / 3600, 2)  # 10 steps redone, 2 GPUs
     assert found["resume_wait_p95"] == 60.0
 
