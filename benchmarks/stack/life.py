@@ -110,7 +110,7 @@ class Life:
                 return True
             if action == "restart":
                 patiently(self.clock, lambda: self.person.stop(script.server))
-            start = patiently(self.clock, lambda: self.person.start(script.server, script.profile))
+            start = patiently(self.clock, lambda: self.start(script))
             if start is not None and start.ready is not None:
                 start.requested = self.first_ask or start.requested
                 self.first_ask = None
@@ -118,6 +118,18 @@ class Life:
             self.refused(start)
             self.clock.wait_until(self.clock.now() + RETRY_MINUTES * 60 / self.factor)
         return False
+
+    def start(self, script: Script) -> Start:
+        """Their start; one the hub's restart cut short is asked again, its wait running
+        from this first ask."""
+        asked = len(self.person.starts)
+        try:
+            return self.person.start(script.server, script.profile)
+        except BaseException:
+            for orphan in self.person.starts[asked:]:
+                self.first_ask = self.first_ask or orphan.requested
+            del self.person.starts[asked:]
+            raise
 
     def refused(self, start: Start | None) -> None:
         """A start that did not come: asked again later, its wait runs from this first ask."""
