@@ -4,6 +4,8 @@ config from the scaled site, the invariants over samples, and the figures from e
 from __future__ import annotations
 
 import json
+import threading
+import time
 from datetime import date, datetime
 from pathlib import Path
 
@@ -14,8 +16,10 @@ from simulation.site import load_site
 from simulation.trace import Session, parse_pattern, read_trace
 from stack.hubsetup import LIGHT, groups_of, hub_config
 from stack.invariants import Gpu, Running, Sample, Watch, books_differ, gpus_of, row
+from stack.life import Clock, Life
 from stack.lost_work import lost_work
 from stack.person import Start
+from stack.script import script_of
 from stack.tally import JobEnd, busy_seconds, far_apart, figures, parks, side_by_side
 from stack.timescale import scale
 from stack.window import busiest_day, cut, figures_of, policy, simulated, window
@@ -235,3 +239,87 @@ def test_the_side_by_side_marks_figures_over_5_points_or_twice_apart():
     assert table.splitlines()[0] == "| figure | real stack | simulator | |"
     assert "| machine's GPU-hours busy | 0% | 50% | ⚠ |" in table
     assert "| wait request→ready p50 (s) | 120 | 120 |  |" in table
+
+
+# --- a person's life, against a stand-in for the hub -------------------------------------
+class Board:
+    def __init__(self) -> None:
+        self.said: list[bool] = []
+
+    def kernel(self, user: str, server: str, busy: bool) -> None:
+        self.said.append(busy)
+
+
+class Hub:
+    """The hub as one person sees it: their server's model, which it may drop (a stop by
+    the hub), its residency, and their starts (the first one refused, if asked)."""
+
+    def __init__(self, refuse_first: bool = False, parked: bool = False) -> None:
+        self.name, self.board, self.starts = "ann", Board(), []
+        self.running: str | None = None
+        self.refuse, self.parked = refuse_first, parked
+        self.calls: list[str] = []
+
+    def model(self, server=""):
+        return {"ready": True, "user_options": {"profile": self.running}} if self.running else None
+
+    def start(self, server="", profile=""):
+        now = time.time()
+        begun = Start(server, profile, now)
+        self.starts.append(begun)
+        self.calls.append("start")
+        if self.refuse:
+            self.refuse, begun.failed = False, "409: no GPU"
+            return begun
+        self.running, begun.granted, begun.ready = profile, now, now
+        return begun
+
+    def stop(self, server=""):
+        self.calls.append("stop")
+        self.running = None
+
+    def touch(self, server=""):
+        self.calls.append("touch")
+
+    def residency(self, server=""):
+        return "parked" if self.parked else "resident"
+
+    def run_cell(self, server="", busy=True):
+        self.calls.append("cell")
+        self.parked = False
+        return 0.25
+
+
+def a_life(hub: Hub, pattern: str, then: str = "stop", factor: float = 600.0) -> Life:
+    [s] = scale(factor, SITE, [session("ann", "09:00", 1, pattern, then)]).sessions
+    script = script_of(s, load_site(SIMULATION / "site.json").profiles)
+    return Life(hub, (script,), Clock(time.time(), 30.0), 0.05, factor)  # type: ignore[arg-type]
+
+
+def test_a_person_starts_plays_their_pattern_with_cells_and_stops():
+    hub = Hub(parked=True)
+    life = a_life(hub, "I1 B1")  # 0.1 s idle, 0.1 s busy
+    life.run()
+    assert hub.calls[0] == "start" and "cell" in hub.calls and hub.calls[-1] == "stop"
+    assert hub.board.said == [False, True, False]  # idle, busy, idle as they leave
+    assert life.resume_waits == [0.25] and life.interrupted == 0 and hub.running is None
+
+
+def test_a_refused_start_is_asked_again_and_its_wait_runs_from_the_first_ask():
+    hub = Hub(refuse_first=True)
+    life = a_life(hub, "I1", then="close", factor=3000.0)  # asked again 0.1 s later
+    life.run()
+    assert hub.calls.count("start") == 2 and life.refusals == ["409: no GPU"]
+    [start] = hub.starts
+    assert start.wait_for_ready is not None and start.wait_for_ready >= 0.1
+    assert hub.running == "gpu-1"  # closed, not stopped
+
+
+def test_a_server_the_hub_stops_under_a_person_is_an_interruption_and_they_come_back():
+    hub = Hub()
+    life = a_life(hub, "B30 I1", factor=60.0)  # 30 s of busy work: the hub stops it at once
+    clock = life.clock
+    threading.Timer(0.3, hub.stop).start()
+    threading.Timer(2.5, clock.stopped.set).start()
+    life.run()
+    assert life.interrupted == 1 and hub.calls.count("start") == 1  # back only after 30 s
