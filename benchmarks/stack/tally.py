@@ -6,7 +6,9 @@
 - first-start waits: each start a scripted person made, request → GPUs granted and
   request → ready (`person.Start`); a start granted before its progress stream opened has
   only its ready time, which bounds its grant;
-- parks and restores: the pool's parked work appearing and leaving, sample by sample;
+- parks and restores: the pool's parked work appearing and leaving, sample by sample; a
+  job's parks also from the hub's count of its preemptions, less its SIGTERM ends (its
+  journal), since a park and its restore may fall between two samples;
 - jobs: their final models (state, preemptions) and their own journals (`lost_work`).
 """
 
@@ -101,6 +103,8 @@ def figures(
     busy = busy_seconds(samples, end) * factor / 3600
     parked = parks(samples, set(jobs))
     lost = sum(j.work.seconds_redone * j.gpus for j in jobs.values()) * factor / 3600
+    gave_way = sum(a.ended == "sigterm" for j in jobs.values() for a in j.work.attempts)
+    preemptions = sum(j.preemptions for j in jobs.values())  # the hub's: its parks too
     return {
         "gpu_hours_busy": round(busy, 2),
         "machine_busy": round(busy / (gpus * seconds * factor / 3600), 4) if seconds else 0.0,
@@ -109,15 +113,16 @@ def figures(
         "wait_granted": waits(granted, factor),
         "wait_ready": waits(ready, factor),
         "interrupted": interrupted,
-        "parked_jobs": parked["parked_jobs"],
+        # a job's park and restore may fall between two samples: the hub's own count
+        "parked_jobs": max(parked["parked_jobs"], preemptions - gave_way),
         "parked_people": parked["parked_people"],
         "restored": len(resume_waits),
         "restores_seen": parked["restored"],  # jobs' and people's, in the pool's report
         "resume_wait_p95": waits(resume_waits, factor)["p95"],
         "jobs": len(jobs),
         "jobs_done": sum(j.state == "done" for j in jobs.values()),
-        "gave_way": sum(a.ended == "sigterm" for j in jobs.values() for a in j.work.attempts),
-        "preemptions": sum(j.preemptions for j in jobs.values()),  # the hub's: parks too
+        "gave_way": gave_way,
+        "preemptions": preemptions,
         "gpu_hours_lost": round(lost, 2),
     }
 

@@ -225,6 +225,7 @@ def test_the_stacks_figures_in_the_traces_time():
     assert found["wait_granted"] == {"p50": 60.0, "p95": 1500.0, "max": 1500.0}
     assert found["wait_ready"]["p50"] == 150.0 and found["never_granted"] == 1
     assert found["gave_way"] == 1 and found["preemptions"] == 3 and found["jobs_done"] == 0
+    assert found["parked_jobs"] == 2  # parked between two samples: the hub's count
     assert found["gpu_hours_lost"] == round(10 * 2 * 30 / 3600, 2)  # 10 steps redone, 2 GPUs
     assert found["resume_wait_p95"] == 60.0
 
