@@ -2,7 +2,9 @@
 pool as the hub reports it (`GET /hub/api/gpus`) and the containers as Docker lists them.
 
 - never two holders on one GPU, unless the books say the others are parked there;
-- no running container on a GPU the pool calls free;
+- no running container on a GPU the pool calls free (`parked_on_free` where the books
+  say each such container is parked there: none of its work is on the GPU, but a GPU
+  free in the report with parked work waiting to come back on it is counted apart);
 - no GPU held after its container is gone (past `GONE_GRACE`: the books release a GPU
   when Docker says its container is gone, which the monitor learns within its tick);
 - at the end (and after a hub restart) the books equal Docker's word: each GPU's holder
@@ -25,7 +27,7 @@ from gpuspawner.engine.base import Seen
 
 GONE_GRACE = 5.0  # seconds from a container's end to its GPUs' release, at most
 DETAILS = 50  # breaches said in words, the first ones of a run
-KINDS = ("two_holders", "running_on_free", "held_after_gone")
+KINDS = ("two_holders", "running_on_free", "parked_on_free", "held_after_gone")
 Who = tuple[str, str]  # (user, server)
 
 
@@ -101,8 +103,8 @@ class Watch:
     """The checks over a run's samples, in order: the third needs to have seen a container
     before it can say that it is gone."""
 
-    def __init__(self, grace: float = GONE_GRACE) -> None:
-        self.grace = grace
+    def __init__(self, grace: float = GONE_GRACE, origin: float = 0.0) -> None:
+        self.grace, self.origin = grace, origin  # origin: the run's start, for its words
         self.seen: set[tuple[str, Who]] = set()  # (GPU, holder) whose container Docker showed
         self.missing_since: dict[tuple[str, Who], float] = {}
         self.counts: Counter[str] = Counter({kind: 0 for kind in KINDS})
@@ -116,10 +118,11 @@ class Watch:
             there = running.get(gpu.uuid, set())
             parked = set(gpu.parked) | set(before[gpu.uuid].parked if gpu.uuid in before else ())
             earlier = before.get(gpu.uuid)
+            free = gpu.state == "free" and (earlier is None or earlier.state == "free")
             breached = [
                 ("two_holders", len(there) > 1 + len(parked & there)),
-                ("running_on_free", bool(there) and gpu.state == "free"
-                 and (earlier is None or earlier.state == "free")),
+                ("running_on_free", free and bool(there - parked)),
+                ("parked_on_free", free and bool(there) and there <= parked),
                 ("held_after_gone", gpu.holder is not None
                  and self._gone_too_long(gpu, there, sample.at)),
             ]  # fmt: skip
@@ -132,7 +135,7 @@ class Watch:
     def _say(self, at: float, kind: str, gpu: Gpu, earlier: Gpu | None, there: set[Who]) -> None:
         if len(self.details) < DETAILS:
             self.details.append(
-                f"{at:.2f} {kind} on {gpu.uuid}: pool {gpu.state} (before: "
+                f"{at - self.origin:.2f} s: {kind} on {gpu.uuid}: pool {gpu.state} (before: "
                 f"{earlier.state if earlier else '?'}), holder {gpu.holder}, parked "
                 f"{list(gpu.parked)}; Docker runs {sorted(there)}"
             )

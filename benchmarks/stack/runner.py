@@ -172,6 +172,7 @@ def run(
 ) -> dict[str, Any]:
     scaled = stack.scaled
     clock = Clock(time.time(), seconds)
+    stack.record.watch.origin = clock.origin
     touch = float(scaled.environment.get("JUPYTERHUB_ACTIVITY_INTERVAL", 10))
     scripts: dict[str, list[Any]] = {}
     for s in sorted(scaled.sessions, key=lambda s: s.at):

@@ -134,7 +134,7 @@ def test_two_holders_on_a_gpu_breach_unless_the_books_say_one_is_parked_there():
     assert watch.check(sample(2, unparked, both))["two_holders"] == 1
     assert watch.counts["two_holders"] == 1
     assert watch.details == [
-        "2.00 two_holders on GPU-0: pool allocated (before: allocated), holder ('ann', ''), "
+        "2.00 s: two_holders on GPU-0: pool allocated (before: allocated), holder ('ann', ''), "
         "parked []; Docker runs [('ann', ''), ('rob', 'job-1')]"
     ]
 
@@ -146,6 +146,10 @@ def test_a_running_container_on_a_gpu_free_in_both_reads_breaches():
     assert watch.check(sample(1, free, on, before=held))["running_on_free"] == 0  # released now
     assert watch.check(sample(2, free, on))["running_on_free"] == 1
     assert watch.check(sample(3, free, []))["running_on_free"] == 0
+    both_parked = [gpu("GPU-0", "free", None, [ANN, JOB])]
+    two = [*on, Running(*JOB, ("GPU-0",))]
+    found = watch.check(sample(4, both_parked, two))
+    assert (found["running_on_free"], found["parked_on_free"]) == (0, 1)
 
 
 def test_a_gpu_held_past_the_grace_after_its_container_went_breaches_and_a_start_does_not():
@@ -183,7 +187,7 @@ def test_the_pool_report_is_read_with_busy_from_the_hubs_telemetry():
     taken = sample(101.0, list(gpus_of(report, 5.0)), [Running(*ANN, ("GPU-0",))])
     assert row(taken, {"two_holders": 1}, origin=100.0) == {
         "at": 1.0, "free": 1, "held": 1, "busy": 1, "parked": 1, "containers": 1,
-        "two_holders": 1, "running_on_free": 0, "held_after_gone": 0,
+        "two_holders": 1, "running_on_free": 0, "parked_on_free": 0, "held_after_gone": 0,
     }  # fmt: skip
 
 
