@@ -19,7 +19,7 @@ from simulation.jobs import TrainingJob
 from simulation.trace import OfKind, Session
 
 from gpuspawner.config.settings import GPUSettings
-from gpuspawner.core.limit_keys import GPU_HOURS, KEY, SECONDS
+from gpuspawner.core.limit_keys import DEFAULT_PREEMPT_GRACE, GPU_HOURS, KEY, SECONDS
 
 # c.GPUSpawner's intervals in seconds (their shipped defaults, unless the replay says), and
 # the line's half-life in days: all scale.
@@ -38,6 +38,9 @@ JUPYTERHUB_SECONDS = {
 # What jupyterhub-singleuser reads from its environment: it reports activity so often.
 SERVER_ENVIRONMENT_SECONDS = {"JUPYTERHUB_ACTIVITY_INTERVAL": 300}
 CULLER_EVERY = 60  # gpuspawner.public.idle_culler_service's cull_every
+# The limits whose unset value is a duration the hub applies (docs/limits.md): a site that
+# leaves them out gets them divided too, in default_limits, which every group inherits.
+UNSET_SECONDS = {"preempt_grace": DEFAULT_PREEMPT_GRACE, "max_parked": 12 * 3600.0}
 
 
 @dataclass(frozen=True)
@@ -176,7 +179,8 @@ def _site(site: Mapping[str, Any], factor: float) -> dict[str, Any]:
     scaled = dict(site)
     if "culler_timeout" in site:
         scaled["culler_timeout"] = site["culler_timeout"] / factor
-    scaled["default_limits"] = _limits(site.get("default_limits", {}), factor)
+    defaults = {**UNSET_SECONDS, **site.get("default_limits", {})}
+    scaled["default_limits"] = _limits(defaults, factor)
     scaled["group_limits"] = {
         group: _limits(limits, factor) for group, limits in site.get("group_limits", {}).items()
     }
