@@ -322,8 +322,18 @@ class Hub:
                 os.kill(pid, signal.SIGKILL)
 
     def remove_containers(self) -> None:
+        """Every container of this hub gone: removed here, or, where Docker is removing one
+        already (a job's --rm as the stopping hub ended it), once Docker says it is removed."""
         for container in self.containers(all=True):
-            container.remove(force=True)
+            try:
+                container.remove(force=True)
+            except docker.errors.NotFound:
+                continue
+            except docker.errors.APIError as error:
+                if "already in progress" not in str(error):
+                    raise
+                with contextlib.suppress(docker.errors.NotFound):
+                    container.wait(condition="removed", timeout=60)
 
     def remove_volumes(self) -> None:
         """The homes this hub's users got (after remove_containers: Docker keeps a used one)."""
