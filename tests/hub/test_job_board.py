@@ -5,6 +5,7 @@ keeps every job that has not ended (the real stack: tests/stack/test_jobs_hub.py
 
 import asyncio
 import logging
+from types import SimpleNamespace
 
 import pytest
 from brokers import a_broker
@@ -13,15 +14,19 @@ from gpuspawner.config.settings import GPUSettings
 from gpuspawner.core.job_rules import job_rules
 from gpuspawner.core.jobs import JobSpec, JobState
 from gpuspawner.core.pool import Holder
+from gpuspawner.core.units import Request
+from gpuspawner.devices.checkpoint import OnThisHost
+from gpuspawner.devices.simulated_checkpoint import SimulatedCheckpointDriver
 from gpuspawner.hub.jobs.board import JobBoard
+from gpuspawner.hub.reclaim.parking import Parker
 from gpuspawner.records.jobs import JobRecord
 
 LOG = logging.getLogger("test")
-ALICE, BOB = 1, 2
+ALICE, BOB, CAROL, DAVE = 1, 2, 3, 4
 SETTINGS = GPUSettings(
     simulate_gpus=2,
     profiles=[{"display_name": "1 GPU", "slug": "gpu-1", "gpus": 1, "default": True}],
-    default_limits={"max_jobs": 50},
+    default_limits={"max_jobs": 50, "max_wait": 600},
 )
 
 
@@ -32,6 +37,7 @@ class Servers:
     def __init__(self) -> None:
         self.ids: dict[tuple[int, str], int] = {}
         self.started: list[str] = []
+        self.stopped: list[tuple[int, str]] = []
         self.named: list[tuple[int, str]] = []  # (user id, name), as JupyterHub lists them
         self.removed: list[tuple[int, str]] = []
         self.fails: set[tuple[int, str]] = set()
@@ -42,8 +48,12 @@ class Servers:
     async def start(self, user_id: int, server: str, options: dict) -> None:
         self.started.append(server)
 
+    def user(self, user_id: int) -> SimpleNamespace:
+        return SimpleNamespace(spawners={})  # no spawner to leave a stop's reason with
+
     async def stop(self, user_id: int, server: str) -> None:
-        pass
+        """Asked; its GPUs are not being freed until the test says (`release_when_gone`)."""
+        self.stopped.append((user_id, server))
 
     def named_servers(self, prefix: str) -> list[tuple[int, str]]:
         return [(u, name) for u, name in self.named if name.startswith(prefix)]
@@ -71,7 +81,7 @@ class FailsOnce(JobRecord):
 def make_board(tmp_path):
     boards = []
 
-    def make(record_class=JobRecord, open_now=True):
+    def make(record_class=JobRecord, open_now=True, parking=False):
         broker = a_broker(SETTINGS)
         servers = Servers()
         limits = broker.site.limits
@@ -80,7 +90,13 @@ def make_board(tmp_path):
             return limits.for_user(set(), False), job_rules(limits, set())
 
         record = record_class(tmp_path / f"jobs-{len(boards)}.sqlite")
-        board = JobBoard(broker, servers, record, rules_of, lambda user_id, limits: None, LOG)
+        parker = None
+        if parking:  # a driver that parks nothing here: it has not seen a process yet
+            on_host = OnThisHost(SimulatedCheckpointDriver(), lambda asked: {})
+            parker = Parker(broker, lambda node: on_host, 64 * 2**30, LOG)
+        board = JobBoard(
+            broker, servers, record, rules_of, lambda user_id, limits: None, LOG, parker
+        )
         broker.serve_jobs(board)
         boards.append(board)
         if open_now:
@@ -216,3 +232,35 @@ async def test_a_users_list_keeps_every_unfinished_job_and_pages_the_ended(make_
     last = board.jobs_of(ALICE, 2, after=board.job(rest.next_after))
     assert [j.id for j in last.jobs] == [4] and last.next_after is None
     assert all(not j.final for j in early)
+
+
+async def test_a_job_giving_way_stops_no_parked_person_while_its_container_stops(make_board):
+    """Carol's server is parked on one GPU; Alice's job runs on the other and cannot be
+    parked, so it gives way by SIGTERM to Dave's start. Until Docker says its container is
+    gone, every pass of the line counts that GPU as Dave's: none stops Carol's server,
+    which Dave's start never needed."""
+    board, servers = make_board(parking=True)
+    broker = board.broker
+    carol = broker.take_now(Holder(servers.server_id(CAROL, ""), CAROL, "carol"), 1)
+    job = board.submit(ALICE, "alice", script())
+    await settled(board)
+    assert board.job(job.id).state is JobState.RUNNING
+    broker.parked(carol.key)
+
+    dave = Holder(servers.server_id(DAVE, ""), DAVE, "dave")
+    limits = broker.site.limits.for_user(set())
+    start = asyncio.ensure_future(broker.line.take(dave, "gpu-1", "1 GPU", Request(1), limits))
+    await asyncio.sleep(0)  # Dave waits in line: his start ran the jobs' pass
+    await settled(board)
+    assert board.job(job.id).state is JobState.GIVING_WAY
+    assert servers.stopped == [(ALICE, "job-1")]
+
+    board.line_ran()  # another pass (a monitor tick, a release) while the job's container stops
+    await settled(board)
+    assert servers.stopped == [(ALICE, "job-1")]  # not Carol's
+    assert broker.grant_of(carol.key) is not None and not start.done()
+
+    job_key = servers.server_id(ALICE, "job-1")
+    await asyncio.wait_for(broker.release_when_gone(job_key), 10)  # the job's container is gone
+    assert len((await start).units) == 1
+    assert broker.grant_of(carol.key) is not None  # still parked, her files and kernel kept

@@ -66,6 +66,7 @@ class GivingWay(JobBooks):
         pool = self.broker.pool
         freed = frozenset(u.id for g in pool.grants() if g.stopping for u in g.units)
         freed |= frozenset().union(*self._parking.values())
+        freed |= self._giving_way_units()
         parked = self._parked_people()
         claimed = frozenset(
             u.id
@@ -97,6 +98,17 @@ class GivingWay(JobBooks):
             claimed |= taken or frozenset()
             for_people |= taken or frozenset()
         self._for_people = for_people
+
+    def _giving_way_units(self) -> frozenset[str]:
+        """The units of jobs told to give way whose stop has not yet reached their grant
+        (`stopping`): they free up as surely, and a pass in that gap must not stop a parked
+        person for a start they will serve."""
+        return frozenset(
+            u.id
+            for job in self._jobs.values()
+            if job.state is JobState.GIVING_WAY and (grant := self._grant_of(job)) is not None
+            for u in grant.units
+        )
 
     def kept_from_jobs(self) -> frozenset[str]:
         """Units no job is given or restored onto now: those of parked people who woke, and
