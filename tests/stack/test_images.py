@@ -4,6 +4,7 @@ import re
 
 import jupyterhub
 import pytest
+from in_container import run_in
 from realhub import CPU_IMAGE, NOTEBOOK_IMAGE, Hub
 
 CONFIG = f"""
@@ -53,9 +54,9 @@ def test_each_image_serves_jupyterlab_for_the_hub(hub: Hub, profile, image, flav
     assert "JupyterLab" in landing.text
 
     def run(*command: str) -> str:
-        result = container.exec_run(list(command))
+        result = run_in(container, list(command))
         assert result.exit_code == 0, result.output
-        return result.output.decode().strip()
+        return result.output.strip()
 
     assert run("id", "-un") == "jovyan" and run("id", "-u") == "1000"
     # the user may pip install into the notebook's environment

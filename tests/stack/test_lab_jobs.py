@@ -17,6 +17,7 @@ import textwrap
 import pytest
 import requests
 from browser import STALE, log_in
+from in_container import run_in
 from jobkit import ADDS_UP, SEES_ITS_GPUS, in_home, notebook, put
 from realhub import NOTEBOOK_IMAGE, PASSWORD, Hub
 from selenium.common.exceptions import TimeoutException
@@ -270,9 +271,9 @@ def test_jupyterlabs_list_reads_every_page_of_the_hubs(hub: Hub):
         "jobs = asyncio.run(Hub.from_environ(os.environ).every_job(per_page=1))\n"
         "print(json.dumps([j['id'] for j in jobs]))"
     )
-    code, printed = hub.container_of("bob").exec_run(["python3", "-c", script])
-    assert code == 0, printed.decode()
-    assert json.loads(printed) == ids
+    listed = run_in(hub.container_of("bob"), ["python3", "-c", script])
+    assert listed.exit_code == 0, listed.output
+    assert json.loads(listed.output) == ids
 
 
 def test_outside_a_hub_jupyter_scheduler_is_stock(hub: Hub):

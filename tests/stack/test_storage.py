@@ -9,6 +9,7 @@ import pytest
 import requests
 from admintools import gpuspawner
 from browser import chromium, log_in
+from in_container import run_in
 from realhub import CPU_IMAGE, PASSWORD, Hub, restart_dockerd
 from selenium.webdriver.common.by import By
 
@@ -277,11 +278,11 @@ def test_shared_data_is_read_only_for_everyone_and_per_group(hub: Hub):
     hub.spawn_ready("bob", profile="cpu")
     for user in ("erin", "bob"):
         container = hub.container_of(user)
-        assert container.exec_run(["cat", "/data/README"]).output == b"for everyone"
-        refused = container.exec_run(["touch", "/data/mine"])
-        assert refused.exit_code != 0 and b"Read-only file system" in refused.output
-    assert hub.container_of("erin").exec_run(["cat", "/data-physics/events"]).output == b"1,2"
-    assert hub.container_of("bob").exec_run(["ls", "/data-physics"]).exit_code != 0
+        assert run_in(container, ["cat", "/data/README"]).output == "for everyone"
+        refused = run_in(container, ["touch", "/data/mine"])
+        assert refused.exit_code != 0 and "Read-only file system" in refused.output
+    assert run_in(hub.container_of("erin"), ["cat", "/data-physics/events"]).output == "1,2"
+    assert run_in(hub.container_of("bob"), ["ls", "/data-physics"]).exit_code != 0
     hub.stop_server("erin")
     hub.stop_server("bob")
 

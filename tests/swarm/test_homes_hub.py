@@ -15,6 +15,7 @@ import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 
+import in_container
 import pytest
 from browser import log_in
 from realhub import NOTEBOOK_IMAGE, PASSWORD, Hub
@@ -73,8 +74,7 @@ def run_in(swarm: Swarm, hub: Hub, user: str, command: str) -> tuple[str, str]:
     task = task_of(swarm, hub, user)
     (node,) = [n for n in NODES if swarm.node_id(n) == task["NodeID"]]
     container = swarm.clients[node].containers.get(container_on(swarm, node, task)["Id"])
-    result = container.exec_run(["sh", "-c", command])
-    return node, result.output.decode()
+    return node, in_container.run_in(container, command).output
 
 
 def test_a_users_next_server_goes_where_their_files_are(swarm: Swarm, hub: Hub):
