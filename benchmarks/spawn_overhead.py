@@ -20,19 +20,32 @@ GPU_HUB = """
 c.GPUSpawner.simulate_gpus = 8
 c.GPUSpawner.profiles = [{"display_name": "1 GPU", "slug": "gpu-1", "gpus": 1}]
 """
-PLAIN_HUB = 'c.JupyterHub.spawner_class = "docker"\n'
+PLAIN_HUB = """
+c.JupyterHub.spawner_class = "docker"
+# The tests' role without gpuspawner's own scope: only a hub with a GPUSpawner defines it.
+c.JupyterHub.load_roles[0]["scopes"].remove("custom:gpus:admin")
+"""
 SETTLE_SECONDS = 2
 
 
 def time_to_ready(hub: Hub, user: str, **options: str) -> float:
+    elapsed = spawn_ready(hub, user, **options)
+    stop_settled(hub, user)
+    return elapsed
+
+
+def spawn_ready(hub: Hub, user: str, **options: str) -> float:
+    """Seconds from the spawn request until `user`'s server is ready."""
     started = time.perf_counter()
     response = hub.spawn(user, **options)
     assert response.status_code in (201, 202), response.text
     hub.wait_ready(user)
-    elapsed = time.perf_counter() - started
+    return time.perf_counter() - started
+
+
+def stop_settled(hub: Hub, user: str) -> None:
     hub.stop_server(user)
     time.sleep(SETTLE_SECONDS)  # let the removed container's teardown finish before the next run
-    return elapsed
 
 
 def main(pairs: int) -> None:
