@@ -5,7 +5,8 @@ a request still in flight when a user cancels) are hard to provoke on demand,
 so a hub under test talks to Docker through this proxy (`DOCKER_HOST` set to
 `docker_host`), and the test sets rules while the hub runs: answer a request
 with an error as dockerd would, or hold it, unseen by dockerd, until the test
-lets it go (so it reaches Docker only after, say, the user cancelled).
+lets it go (so it reaches Docker only after, say, the user cancelled). It also
+notes every request it sees (`seen`), for counting what a step asks of Docker.
 
 Everything else passes through to the real dockerd unchanged, except that each
 request is rewritten to `Connection: close`: one request per connection, so
@@ -70,6 +71,7 @@ class DockerFaults:
         self.folder = Path(tempfile.mkdtemp(prefix="dockerfaults-"))
         self.socket_path = self.folder / "docker.sock"
         self.rules: list[Rule] = []
+        self.seen: list[tuple[str, str]] = []  # every request, (method, path), in arrival order
         self.lock = threading.Lock()
         faults = self
 
@@ -137,6 +139,8 @@ class DockerFaults:
         request = _read_request(client)
         if request is None:
             return
+        with self.lock:
+            self.seen.append((request.method, request.path))
         rule = self._rule_for(request)
         if rule is not None:
             rule.arrived.set()
