@@ -36,7 +36,7 @@ def start_calls(proxy: DockerFaults, hub: Hub, **options: str) -> list[str]:
 
 GENERIC = [  # the names and ids in a path, as placeholders: the same for both hubs
     (re.compile(r"^/containers/[0-9a-f]{64}(?=/)"), "/containers/{id}"),
-    (re.compile(r"^/containers/(?!json$|create$)[^/]+(?=/)"), "/containers/{name}"),
+    (re.compile(r"^/containers/(?!{id}/)[^/]+(?=/)"), "/containers/{name}"),
     (re.compile(r"^/images/.+/json$"), "/images/{image}/json"),
     (re.compile(r"^/volumes/(?!create$)[^/]+$"), "/volumes/{name}"),
 ]
