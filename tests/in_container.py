@@ -25,13 +25,13 @@ class Ran:
     output: str  # stdout and stderr, as they came
 
 
-def run_in(container: Any, command: list[str] | str, user: str = "") -> Ran:
-    """`command` (an argument list, or a line for `sh -c`) in a running container, as `user`
-    (else the container's): its exit code and what it printed."""
+def run_in(container: Any, command: list[str] | str) -> Ran:
+    """`command` (an argument list, or a line for `sh -c`) in a running container, as its
+    user: its exit code and what it printed."""
     argv = ["sh", "-c", command] if isinstance(command, str) else list(command)
     printed = f"/tmp/.gpuspawner-tests-{secrets.token_hex(6)}"
     line = f"{shlex.join(argv)} >{printed} 2>&1"
-    result = container.exec_run(["sh", "-c", line], user=user)
+    result = container.exec_run(["sh", "-c", line])
     return Ran(result.exit_code, read_file(container, printed) or "")
 
 

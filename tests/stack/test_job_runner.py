@@ -24,6 +24,7 @@ import docker
 import jupyterhub
 import pytest
 import requests
+from in_container import read_file
 from realhub import CPU_IMAGE, unique_prefix
 
 from gpuspawner.engine.docker import bridge_gateway
@@ -105,13 +106,9 @@ class Run:
         return self.exit_code
 
     def read(self, path: str) -> str:
-        stream, _ = self.container.get_archive(f"{HOME}/{path}")
-        with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
-            member = tar.next()
-            assert member is not None and member.isfile(), path
-            extracted = tar.extractfile(member)
-            assert extracted is not None
-            return extracted.read().decode()
+        text = read_file(self.container, f"{HOME}/{path}")
+        assert text is not None, f"no file {path}"
+        return text
 
     def exists(self, path: str) -> bool:
         try:
