@@ -1,7 +1,6 @@
 """Fixtures on the three-node Docker Swarm of scripts/swarm-testbed (tests/swarmbed.py).
 
-`swarm` starts the bed if it is down (or waits for a start under way), and takes it down at the
-end of the session only if it started it;
+`swarm` starts the bed if it is down, and takes it down at the end of the session only then;
 a test that changes it (kills a node) leaves it as it found it. It needs root, like the bed;
 run it under the Docker lock, as every run on dockerd:
 `flock -o /tmp/gpuspawner-docker.lock scripts/test tests/swarm`.
@@ -21,16 +20,14 @@ from swarmbed import CANNOT_START, NODES, SOCKETS, Services, Swarm, bed
 def swarm() -> Iterator[Swarm]:
     if os.geteuid() != 0:
         pytest.skip("the swarm test bed needs root (network namespaces, mounts, dockerd)")
-    # Fast where the bed is up; where CI is bringing it up beside the tests, this waits for
-    # that (the bed's lock) and then finds it up.
-    up = bed("up")
-    if up.returncode == CANNOT_START:
-        pytest.skip(f"no swarm test bed here: {up.stderr.strip().splitlines()[-1]}")
-    started = "up: already up" not in up.stderr
-    if up.returncode != 0:
-        if started:
+    started = bed("status").returncode != 0
+    if started:
+        up = bed("up")
+        if up.returncode == CANNOT_START:
+            pytest.skip(f"no swarm test bed here: {up.stderr.strip().splitlines()[-1]}")
+        if up.returncode != 0:
             bed("down")
-        pytest.fail(f"scripts/swarm-testbed up failed:\n{up.stderr}")
+            pytest.fail(f"scripts/swarm-testbed up failed:\n{up.stderr}")
     clients = {
         n: docker.DockerClient(base_url=f"unix://{SOCKETS}/{n}.sock", timeout=60) for n in NODES
     }
