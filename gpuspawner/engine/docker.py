@@ -263,7 +263,10 @@ class DockerEngine:
         return None  # one host
 
     def containers(self, look_past: LookPast = NOTHING) -> list[Seen]:
-        default_runtime = self.client.info().get("DefaultRuntime") or "runc"
+        # Docker writes the runtime into a container's HostConfig when it creates it, so the
+        # engine's default runtime is asked (`docker info`, the dearest call of a monitor's
+        # tick) only for a container that lacks one.
+        default_runtime: str | None = None
         summaries = {s["Id"]: s for s in self.client.containers()}
         for ours in self.client.containers(all=True, filters={"label": LABEL_USER}):
             summaries[ours["Id"]] = ours
@@ -275,7 +278,9 @@ class DockerEngine:
                 inspected = self.client.inspect_container(container_id)
             except docker.errors.NotFound:
                 continue  # gone between the list and the inspect
-            container = seen(inspected, default_runtime)
+            if default_runtime is None and not (inspected.get("HostConfig") or {}).get("Runtime"):
+                default_runtime = self.client.info().get("DefaultRuntime") or "runc"
+            container = seen(inspected, default_runtime or "runc")
             if look_past.skips(container):
                 continue
             if container.server or container.label_problem or container.reach:

@@ -280,6 +280,50 @@ def test_an_nvidia_runtime_reads_the_containers_visible_devices():
     assert not engine.reach(container, default_runtime="nvidia")
 
 
+class EngineAnswers:
+    """docker-py's low-level client as far as a look at the containers asks it: an engine
+    whose default runtime is nvidia, running the containers given (`docker inspect`'s
+    answers), counting how often it is asked for `docker info`."""
+
+    def __init__(self, *running: dict) -> None:
+        self.running = {c["Id"]: c for c in running}
+        self.infos = 0
+
+    def info(self) -> dict:
+        self.infos += 1
+        return {"DefaultRuntime": "nvidia"}
+
+    def containers(self, all: bool = False, filters: dict | None = None) -> list[dict]:
+        return [{"Id": i, "Names": [c["Name"]], "Labels": {}} for i, c in self.running.items()]
+
+    def inspect_container(self, container_id: str) -> dict:
+        return self.running[container_id]
+
+
+def visible_to_all(container_id: str, **host_config) -> dict:
+    container = inspected(**host_config) | {"Id": container_id, "Name": f"/{container_id}"}
+    container["Config"]["Env"] = ["NVIDIA_VISIBLE_DEVICES=all"]
+    return container
+
+
+def test_the_engines_default_runtime_is_asked_only_for_a_container_created_without_one():
+    """Docker writes the runtime into each container it creates, so a look at the containers
+    costs no `docker info` (the dearest call of the monitor's tick); a container that lacks
+    one (an older engine) still gets the engine's default, and with it every GPU."""
+    answers = EngineAnswers(visible_to_all("plain", Runtime="runc"))
+    assert engine.DockerEngine(answers).containers() == []  # it reaches nothing: not listed
+    assert answers.infos == 0
+
+    answers = EngineAnswers(
+        visible_to_all("plain", Runtime="runc"), visible_to_all("old"), visible_to_all("older")
+    )
+    found = {c.id: c.reach for c in engine.DockerEngine(answers).containers()}
+    assert answers.infos == 1
+    assert "plain" not in found
+    assert found["old"].uuids(BY_INDEX, MACHINE) == found["older"].uuids(BY_INDEX, MACHINE)
+    assert found["old"].uuids(BY_INDEX, MACHINE) == set(MACHINE)
+
+
 def test_each_unit_held_is_labelled_so_a_shared_gpus_slot_can_be_told():
     l40s = units_of(GPU("GPU-l", 3, "NVIDIA L40S", 48 * 2**30), Sharing(4, 10 * 2**30))
     grant = Grant(HOLDER, (l40s[2],), 100.0)
