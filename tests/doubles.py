@@ -3,7 +3,10 @@ the doctor sees one. Each offers everything its protocol states (`Engine`, `Engi
 tests/architecture/conformance.py (mypy) and test_conformance.py (at run time) hold them to
 it, so a double cannot lack what the code it stands in for would be asked."""
 
+import copy
 import threading
+
+import docker.errors
 
 
 class GoneEngine:
@@ -85,3 +88,44 @@ class Adapter:
 
     async def prepare_image(self):
         pass
+
+
+class DockerAnswers:
+    """docker-py's low-level client as far as a look at the containers asks it (`docker ps`,
+    `inspect`, `events`, `info`), over running containers given as `docker inspect` answers.
+    It counts what it is asked; `tell` queues the events the next question about them gets,
+    `mute` makes that question fail."""
+
+    def __init__(self, *running: dict, default_runtime: str = "nvidia") -> None:
+        self.running = {c["Id"]: c for c in running}
+        self.default_runtime = default_runtime
+        self.infos = 0
+        self.inspected: list[str] = []
+        self.told: list[dict] = []
+        self.muted = False
+
+    def info(self) -> dict:
+        self.infos += 1
+        return {"DefaultRuntime": self.default_runtime}
+
+    def containers(self, all: bool = False, filters: dict | None = None) -> list[dict]:
+        return [
+            {"Id": i, "Names": [c["Name"]], "State": c["State"]["Status"], "Labels": {}}
+            for i, c in self.running.items()
+        ]
+
+    def inspect_container(self, container_id: str) -> dict:
+        self.inspected.append(container_id)
+        return copy.deepcopy(self.running[container_id])  # each answer a new one, as Docker's
+
+    def tell(self, *container_ids: str) -> None:
+        self.told += [{"Type": "container", "Actor": {"ID": i}} for i in container_ids]
+
+    def mute(self) -> None:
+        self.muted = True
+
+    def events(self, since=None, until=None, filters=None, decode=None):
+        if self.muted:
+            raise docker.errors.APIError("Docker did not answer")
+        told, self.told = self.told, []
+        return iter(told)

@@ -29,6 +29,7 @@ from ..core.pool import Grant
 from ..core.reach import Reach, from_cdi, from_count, from_ids
 from .base import NOTHING, LookPast, Seen
 from .escapes import GPU_DEVICE, clean_path, find_escapes, forbidden_source
+from .inspects import KeptInspects
 from .labels import (  # the label schema, here too for what read it from here
     LABEL_GPUS as LABEL_GPUS,
 )
@@ -77,6 +78,7 @@ log = logging.getLogger("gpuspawner")
 REMOVAL_WAIT_SECONDS = 30  # a removal Docker has under way: past this, the next tick asks again
 
 NO_GPU = "void"
+RUNNING_STATES = ("running", "paused", "restarting")  # what `docker ps` lists without -a
 GUARDED_ENV = ("NVIDIA_VISIBLE_DEVICES", "DOCKER_RESOURCE_")
 MPS_MEMORY_LIMIT = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
 
@@ -248,6 +250,7 @@ class DockerEngine:
 
     def __init__(self, client: Any) -> None:
         self.client = client
+        self.inspects = KeptInspects(client)
 
     @classmethod
     def connect(
@@ -267,17 +270,23 @@ class DockerEngine:
         # engine's default runtime is asked (`docker info`, the dearest call of a monitor's
         # tick) only for a container that lacks one.
         default_runtime: str | None = None
-        summaries = {s["Id"]: s for s in self.client.containers()}
-        for ours in self.client.containers(all=True, filters={"label": LABEL_USER}):
-            summaries[ours["Id"]] = ours
+        self.inspects.forget_changed()
+        # Every running container (any may reach a GPU) and ours in any state, from one
+        # `docker ps -a`: one moment's word, where two lists could each miss a container
+        # that started or stopped between them.
+        summaries = {
+            s["Id"]: s
+            for s in self.client.containers(all=True)
+            if s.get("State") in RUNNING_STATES or LABEL_USER in (s.get("Labels") or {})
+        }
+        self.inspects.keep_only(summaries)
         found = []
-        for container_id, summary in summaries.items():
+        for summary in summaries.values():
             if _looked_past(summary, look_past):
                 continue
-            try:
-                inspected = self.client.inspect_container(container_id)
-            except docker.errors.NotFound:
-                continue  # gone between the list and the inspect
+            inspected = self.inspects.of(summary)
+            if inspected is None:
+                continue
             if default_runtime is None and not (inspected.get("HostConfig") or {}).get("Runtime"):
                 default_runtime = self.client.info().get("DefaultRuntime") or "runc"
             container = seen(inspected, default_runtime or "runc")

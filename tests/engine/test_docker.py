@@ -1,4 +1,5 @@
 import pytest
+from doubles import DockerAnswers
 
 from gpuspawner.core.errors import UnsafeContainerConfig
 from gpuspawner.core.gpus import GPU
@@ -280,28 +281,10 @@ def test_an_nvidia_runtime_reads_the_containers_visible_devices():
     assert not engine.reach(container, default_runtime="nvidia")
 
 
-class EngineAnswers:
-    """docker-py's low-level client as far as a look at the containers asks it: an engine
-    whose default runtime is nvidia, running the containers given (`docker inspect`'s
-    answers), counting how often it is asked for `docker info`."""
-
-    def __init__(self, *running: dict) -> None:
-        self.running = {c["Id"]: c for c in running}
-        self.infos = 0
-
-    def info(self) -> dict:
-        self.infos += 1
-        return {"DefaultRuntime": "nvidia"}
-
-    def containers(self, all: bool = False, filters: dict | None = None) -> list[dict]:
-        return [{"Id": i, "Names": [c["Name"]], "Labels": {}} for i, c in self.running.items()]
-
-    def inspect_container(self, container_id: str) -> dict:
-        return self.running[container_id]
-
-
 def visible_to_all(container_id: str, **host_config) -> dict:
+    """A running container whose environment asks for every GPU, as `docker inspect` says."""
     container = inspected(**host_config) | {"Id": container_id, "Name": f"/{container_id}"}
+    container["State"]["Status"] = "running"
     container["Config"]["Env"] = ["NVIDIA_VISIBLE_DEVICES=all"]
     return container
 
@@ -310,11 +293,11 @@ def test_the_engines_default_runtime_is_asked_only_for_a_container_created_witho
     """Docker writes the runtime into each container it creates, so a look at the containers
     costs no `docker info` (the dearest call of the monitor's tick); a container that lacks
     one (an older engine) still gets the engine's default, and with it every GPU."""
-    answers = EngineAnswers(visible_to_all("plain", Runtime="runc"))
+    answers = DockerAnswers(visible_to_all("plain", Runtime="runc"))
     assert engine.DockerEngine(answers).containers() == []  # it reaches nothing: not listed
     assert answers.infos == 0
 
-    answers = EngineAnswers(
+    answers = DockerAnswers(
         visible_to_all("plain", Runtime="runc"), visible_to_all("old"), visible_to_all("older")
     )
     found = {c.id: c.reach for c in engine.DockerEngine(answers).containers()}
