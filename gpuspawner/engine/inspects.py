@@ -10,6 +10,7 @@ this a look at 500 containers took 1.2 s, nearly all of it one inspect per conta
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Collection, Mapping
 from typing import Any
@@ -38,21 +39,27 @@ class KeptInspects:
         if read_to is None or not self._kept:
             return
         try:
-            events = list(
-                self.client.events(
-                    since=read_to - EVENTS_OVERLAP,
-                    until=self._events_read_to,
-                    filters={"type": "container"},
-                    decode=True,
-                )
-            )
-        except (docker.errors.DockerException, requests.exceptions.RequestException):
-            events = None
+            events = self._events(read_to - EVENTS_OVERLAP, self._events_read_to)
+        except (requests.exceptions.RequestException, ValueError):
+            events = None  # no answer, an error, or not JSON
         if events is None or len(events) >= EVENTS_KEPT:
             self._kept.clear()
             return
         for event in events:
-            self._kept.pop((event.get("Actor") or {}).get("ID") or event.get("id"), None)
+            self._kept.pop(str((event.get("Actor") or {}).get("ID") or event.get("id")), None)
+
+    def _events(self, since: int, until: int) -> list[dict[str, Any]]:
+        """Docker's events about containers in [since, until], asked with the client's own
+        timeout: docker-py's `events()` waits for ever, and an engine that holds the question
+        would stop every look after it."""
+        client = self.client
+        answer = client.get(
+            f"{client.base_url}/v{client.api_version}/events",
+            params={"since": since, "until": until, "filters": json.dumps({"type": ["container"]})},
+            timeout=client.timeout,
+        )
+        answer.raise_for_status()
+        return [json.loads(line) for line in answer.text.splitlines() if line.strip()]
 
     def keep_only(self, listed: Collection[str]) -> None:
         """Forgets the containers `docker ps` no longer lists."""
