@@ -25,6 +25,7 @@ from typing import Any
 from simulation.jobs import read_jobs
 from simulation.site import load_site
 from simulation.trace import read_trace
+from stack.plot import plot_slice
 from stack.tally import side_by_side
 from stack.timescale import scale, unscaled_table
 from stack.window import busiest_day, cut, policy, simulated, window
@@ -49,7 +50,9 @@ def arguments() -> argparse.Namespace:
     parser.add_argument(
         "--kill-hub-at", type=float, metavar="SECONDS", help="kill -9 the hub so far in, restart"
     )
-    parser.add_argument("--out", type=Path, help="write figures.json and samples.csv here")
+    parser.add_argument(
+        "--out", type=Path, help="write figures.json, samples.csv and slice.png here"
+    )
     return parser.parse_args()
 
 
@@ -86,6 +89,8 @@ def main() -> int:
     print("\n" + unscaled_table(scaled))
     if args.out:
         write(args.out, report, rows)
+        plot_slice(rows, theirs["series"], site.gpus, args.factor, slice_.start,
+                   args.out / "slice.png")  # fmt: skip
     breached = any(ours["breaches"].values()) or any(ours["checks"].values())
     return 1 if breached else 0
 

@@ -128,4 +128,10 @@ def figures_of(o: Outcome, offset: int, minutes: int) -> dict[str, Any]:
         "jobs_done": len(o.turnarounds),
         "gave_way": o.stopped,
         "gpu_hours_lost": round(o.run_lost / 60, 2),
+        # minute by minute, for the plot beside the stack's samples
+        "series": {
+            "held": o.held[offset : offset + minutes],
+            "busy": o.busy[offset : offset + minutes],
+            "wanted": o.wanted[offset : offset + minutes],
+        },
     }

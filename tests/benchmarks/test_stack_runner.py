@@ -19,6 +19,7 @@ from stack.invariants import Gpu, Running, Sample, Watch, books_differ, gpus_of,
 from stack.life import Clock, Life
 from stack.lost_work import lost_work
 from stack.person import Start
+from stack.plot import BIN, stack_bins
 from stack.script import script_of
 from stack.tally import JobEnd, busy_seconds, far_apart, figures, parks, side_by_side
 from stack.timescale import scale
@@ -81,6 +82,15 @@ def test_the_simulators_figures_are_read_for_the_slices_minutes_only():
     assert found["parked_jobs"] == 2 and found["gpu_hours_lost"] == 0.5
 
 
+def test_the_plot_bins_the_stacks_samples_in_simulated_minutes_as_the_simulators():
+    # at 30x a sample a second is half a simulated minute: a bin holds 2 * BIN of them
+    rows = [{"at": i, "held": 4, "busy": i % 2 * 2, "parked": 0} for i in range(4 * BIN)]
+    rows.append({"at": 10 * BIN, "held": 8, "busy": 8, "parked": 1})  # past the slice
+    found = stack_bins(rows, factor=30, minutes=2 * BIN + 1)
+    assert found["held"] == [4.0, 4.0, 0.0]  # the third bin, one minute long, unsampled
+    assert found["busy"] == [1.0, 1.0, 0.0] and found["parked"] == [0.0] * 3
+
+
 def test_the_simulator_replays_the_documented_slice():
     sessions = read_trace(SIMULATION / "team-week.csv")
     runs = read_jobs(SIMULATION / "team-jobs.csv")
@@ -88,6 +98,7 @@ def test_the_simulator_replays_the_documented_slice():
     slice_ = window(TUESDAY, "9-11")
     found = simulated(cut(sessions, runs, slice_), slice_, site, policy(site, parking=True))
     assert found["starts"] == 6 and 0 < found["machine_busy"] <= 1
+    assert len(found["series"]["held"]) == slice_.minutes == 120
     with pytest.raises(ValueError, match="nothing arrives"):
         simulated(cut(sessions, runs, window(TUESDAY, "3-4")), window(TUESDAY, "3-4"), site,
                   policy(site, parking=False))  # fmt: skip
