@@ -112,13 +112,15 @@ def main() -> None:
     started = time.perf_counter()
     others = [(generate(s), generate_backlog(s)) for s in SPREAD_SEEDS] if documented else []
     with ProcessPoolExecutor(args.processes) as pool:  # the replays share nothing
-        people: list[tuple[list[Session], list[TrainingJob]]] = [(w, []) for w, _ in others]
-        asked = replaying(pool, policies(site), args.site, sessions, [], people)
+        # the training weeks' replays first: the longest, so that no process is left with
+        # one of them at the end while the others have nothing to do
         trained = (
             replaying(pool, training_policies(site), args.site, sessions, runs, others)
             if runs
             else []
         )
+        people: list[tuple[list[Session], list[TrainingJob]]] = [(w, []) for w, _ in others]
+        asked = replaying(pool, policies(site), args.site, sessions, [], people)
         results, training = compared(asked), compared(trained)
     took = time.perf_counter() - started
 

@@ -105,7 +105,11 @@ class JobsReplay(Replay):
         self.asked = {job.id: job.due for job in self.jobs}  # its first submission
         self.unsubmitted = list(self.jobs)  # not submitted yet
         self.live: list[Job] = []  # submitted, and not done or failed yet: by id
+        # the live jobs waiting and holding GPUs, and when they were split (`_live_split`)
+        self._split: tuple[tuple[int, int], list[Job], list[Job]] = ((-1, -1), [], [])
         self.by_key = {job.key: job for job in self.jobs}
+        # a pass → the books and what it saw, the latest time it changed nothing (`unless_seen`)
+        self.still: dict[str, tuple[int, object]] = {}
 
     def _rules(self, run: TrainingJob) -> JobRules:
         rules = job_rules(self.site.limits, run.groups)
@@ -131,9 +135,28 @@ class JobsReplay(Replay):
             end - self.asked[j.id] for j in self.jobs if j.state is None or not _final(j)
         ]
 
+    def waiting(self) -> list[Job]:
+        """The live jobs waiting to start, by id."""
+        return self._live_split()[0]
+
+    def holding(self) -> list[Job]:
+        """The live jobs holding GPUs (running, parked, or giving way), by id."""
+        return self._live_split()[1]
+
+    def _live_split(self) -> tuple[list[Job], list[Job]]:
+        """The live jobs, waiting and holding GPUs: split anew only when the pool's books
+        have changed (every start, give way and end of a job, and end of a grace, changes
+        them) or a job was submitted, not every time the minute asks."""
+        seen = (self.pool.changes, len(self.unsubmitted))
+        if self._split[0] != seen:
+            waiting = [j for j in self.live if j.state is JobState.WAITING]
+            holding = [j for j in self.live if j.state is not JobState.WAITING]
+            self._split = (seen, waiting, holding)
+        return self._split[1], self._split[2]
+
     # --- 1. and 2.: jobs gone after their grace, submissions ---------------------------
     def end_graces(self) -> None:
-        for job in self.live:
+        for job in self.holding():
             if job.state is JobState.GIVING_WAY and job.stopping_until <= self.now:
                 self._gone(job)
                 job.state = step(job.state, Event.ENDED)
@@ -195,7 +218,7 @@ class JobsReplay(Replay):
 
     def running(self) -> list[RunningJob]:
         running = []
-        for job in self.live:
+        for job in self.holding():
             grant = self.pool.grant_of(job.key)
             if job.state is not JobState.RUNNING or grant is None or grant.parked:
                 continue
@@ -221,7 +244,9 @@ class JobsReplay(Replay):
         free enough whole GPUs for (`Pool.fits_if_freed` counts only held units, not
         stopping ones, as freed, so the hub's board does not see them freeing up)."""
         already = sum(
-            j.run.gpus for j in self.live if j.state is JobState.GIVING_WAY and j.for_key == to.key
+            j.run.gpus
+            for j in self.holding()
+            if j.state is JobState.GIVING_WAY and j.for_key == to.key
         )
         self.out.stopped += 1
         self.out.needless += already >= to.gpus
@@ -235,10 +260,14 @@ class JobsReplay(Replay):
     # --- 4. dispatch -------------------------------------------------------------------
     def dispatch(self) -> None:
         free = self.pool.free_count()
-        waiting = [j for j in self.live if j.state is JobState.WAITING]
+        waiting = self.waiting()
         if not waiting or not any(j.run.gpus <= free for j in waiting):
             return  # (a shortcut: the pool would refuse each of them for want of GPUs)
         people = self.people_short()
+        seen = self.sight(waiting, people)
+        self.unless_seen("dispatch", seen, lambda: self._dispatch(waiting, people, free))
+
+    def _dispatch(self, waiting: list[Job], people: list[Work], free: int) -> None:
         line = [
             Waiting(j.id, j.user_id, DEFAULT_GROUP, j.rules.priority, 0.0, j.submitted)
             for j in waiting
@@ -251,6 +280,23 @@ class JobsReplay(Replay):
                 continue  # people first
             if job.run.gpus <= free and self._try_start(job):
                 free -= job.run.gpus
+
+    def unless_seen(self, name: str, seen: object, run: Callable[[], None]) -> None:
+        """Runs the pass `name`, unless it would see `seen` on the same books as the latest
+        time it ran and changed nothing: then it would change nothing again, as the pool's
+        answers on the same books are the same (a dispatch that started no job: each would
+        be refused again, or held back for the same people, whatever their order)."""
+        books = self.pool.changes
+        if self.still.get(name) == (books, seen):
+            return
+        run()
+        if self.pool.changes == books:
+            self.still[name] = (books, seen)
+
+    def sight(self, waiting: Sequence[Job], people: Sequence[Work]) -> object:
+        """What a pass over the `waiting` jobs sees besides the books: which they are, and
+        the GPUs that `people`'s starts want (`wanted_by`)."""
+        return [j.id for j in waiting], [w.gpus for w in people]
 
     def wanted_by(self, people: Sequence[Work], job: Job) -> bool:
         """Whether any of these people's starts could use the GPUs `job` would take."""
@@ -279,7 +325,7 @@ class JobsReplay(Replay):
 
     # --- the monitor's tick, the count, the run ------------------------------------------
     def over_runtime(self) -> None:
-        for job in list(self.live):
+        for job in self.holding():
             limit = job.rules.max_runtime.value
             running = job.state is JobState.RUNNING and not job.parked
             if running and limit is not None and self.now - job.started >= limit:
@@ -288,7 +334,7 @@ class JobsReplay(Replay):
 
     def tally(self) -> tuple[int, int, int]:
         held, busy, wanted = super().tally()
-        for job in self.live:
+        for job in self.holding():
             if job.parked:
                 continue
             if job.state in (JobState.RUNNING, JobState.GIVING_WAY):
@@ -299,7 +345,7 @@ class JobsReplay(Replay):
         return held, busy, wanted
 
     def advance_jobs(self) -> None:
-        for job in list(self.live):
+        for job in self.holding():
             if job.state is not JobState.RUNNING or job.parked:
                 continue
             job.done += 1

@@ -8,7 +8,9 @@ changes of the books (a grant made, parked, restored, stopping or released) the
 pool's answer to the same question is the same: the simulator marks no GPU
 unhealthy, external or unreachable, and a user's limits weigh only what the
 books hold. So it is asked once and remembered: every answer is still the
-core's own. (One thread: the replay's.)
+core's own. Its `changes` count the changes of the books, for the replay's
+passes that skip a look at the same books (`JobsReplay.unless_seen`). (One
+thread: the replay's.)
 """
 
 from __future__ import annotations
@@ -29,9 +31,11 @@ G = TypeVar("G", Grant, Grant | None)
 class RememberingPool(Pool):
     def __init__(self, *args: Any, **kwargs: Any) -> None:  # Pool's
         super().__init__(*args, **kwargs)
-        # a change's question → the admission asked, and the refusal
-        self._refused: dict[tuple[Any, ...], tuple[Admission | None, Exception]] = {}
+        # a change's question and the admission asked → the refusal (each admission its
+        # own: two sessions of one server waiting at once ask in turns, with their own limits)
+        self._refused: dict[tuple[tuple[Any, ...], Admission | None], Exception] = {}
         self._answers: dict[tuple[Any, ...], Any] = {}  # the questions that take nothing
+        self.changes = 0  # how many times its books changed: equal counts, the same books
 
     def allocate(
         self,
@@ -77,13 +81,13 @@ class RememberingPool(Pool):
     ) -> Grant:
         """The change made, unless the same question with the same limits (`admit`, a bound
         method) was refused since the books last changed: then that refusal again."""
-        asked = self._refused.get(question)
-        if asked is not None and asked[0] == admit:
-            raise asked[1].with_traceback(None)
+        refused = self._refused.get((question, admit))
+        if refused is not None:
+            raise refused.with_traceback(None)
         try:
             grant = change()
         except (NotEnoughGPUs, StillLent, LimitExceeded) as refusal:
-            self._refused[question] = (admit, refusal)
+            self._refused[question, admit] = refusal
             raise
         return self._changing(grant)
 
@@ -94,6 +98,7 @@ class RememberingPool(Pool):
 
     def _changing(self, grant: G) -> G:
         """What a change returned, once it is made (one refused changes nothing)."""
+        self.changes += 1
         self._refused.clear()
         self._answers.clear()
         return grant

@@ -191,9 +191,8 @@ class Replay:
         while self.arrivals and self.arrivals[0].due <= self.now:
             self.asking.append(self.arrivals.pop(0))
         needing: dict[int, Work] = {}
-        for work in sorted(self.asking, key=lambda w: (w.due, w.order)):
-            if work.due > self.now:
-                continue
+        due = [w for w in self.asking if w.due <= self.now]
+        for work in sorted(due, key=lambda w: (w.due, w.order)):
             ready = self.ready(work)
             if ready is None and self.line is None:
                 ready = self.grant(work)
@@ -246,11 +245,11 @@ class Replay:
         """Whether the pool gives `work` its GPUs now; refused, it asks again later (or, with
         a line, stays in it and is looked at again next minute)."""
         s = work.session
-        holder = Holder(work.key, work.user_id, s.user, s.server)
-        admit = None if self.policy.fixed else work.limits.admit
         if self.line is None and self.is_run(work) and self.pools[s.user].free_count() < work.gpus:
             work.due = self.now + RETRY_MINUTES * MINUTE  # a shortcut: the pool would refuse it
             return False
+        holder = Holder(work.key, work.user_id, s.user, s.server)
+        admit = None if self.policy.fixed else work.limits.admit
         try:
             request = Request(gpus=work.gpus, turns=self.in_turns(work))
             grant = self.pools[s.user].allocate(holder, request, admit)
@@ -378,11 +377,13 @@ class Replay:
 
     def tally(self) -> tuple[int, int, int]:
         """GPUs held and busy this minute, and GPUs people wait for."""
-        held = sum(s.gpus for s in self.servers.values())
-        busy = sum(s.gpus for s in self.servers.values() if s.busy)
-        self.out.run_busy += sum(
-            s.gpus for s in self.servers.values() if s.busy and s.work and self.is_run(s.work)
-        )
+        held = busy = 0
+        for server in self.servers.values():
+            held += server.gpus
+            if server.busy:
+                busy += server.gpus
+                if server.work and self.is_run(server.work):
+                    self.out.run_busy += server.gpus
         wanted = sum(w.gpus for w in self.asking if w.asked is not None and not self.is_run(w))
         return held, busy, wanted
 

@@ -82,7 +82,7 @@ class ParkingReplay(JobsReplay):
             return False
         own = [
             j
-            for j in self.live
+            for j in self.holding()
             if j.user_id == work.user_id
             and j.state is JobState.RUNNING
             and not j.parked
@@ -147,7 +147,11 @@ class ParkingReplay(JobsReplay):
         if not self.at_limit:
             return
         people = self.people_short()
-        waiting = [j for j in self.live if j.state is JobState.WAITING and not self.parkable(j)]
+        waiting = [j for j in self.waiting() if not self.parkable(j)]
+        seen = self.sight(waiting, people)
+        self.unless_seen("reclaim", seen, lambda: self._reclaim(waiting, people))
+
+    def _reclaim(self, waiting: list[Job], people: list[Work]) -> None:
         for job in sorted(waiting, key=lambda j: j.submitted):
             if self.wanted_by(people, job):
                 continue
@@ -179,13 +183,27 @@ class ParkingReplay(JobsReplay):
         self.arbitrate()  # people idle for PARK_AFTER on a parked job's GPU
 
     def arbitrate(self) -> None:
-        """On each GPU parked work is bound to, the moves `core.parking.decide` says."""
-        for unit_id in sorted(self.pool.parked_units()):
+        """On each GPU parked work is bound to, the moves `core.parking.decide` says: not
+        looked at again while the arbiter sees what it saw when it last moved nothing (it
+        looks three times a minute, and the GPUs rarely change in between)."""
+        units = sorted(self.pool.parked_units())
+        if units:
+            self.unless_seen("arbitrate", self._look(), lambda: self._arbitrate(units))
+
+    def _arbitrate(self, units: list[str]) -> None:
+        for unit_id in units:
             for _ in range(MOVES_PER_MINUTE):
                 bound = self._bound(unit_id)
                 step = decide(bound, ROOM, self.now, PARK_AFTER, self.policy.turn_quantum)
                 if step is None or not self._move(step, bound):
                     break
+
+    def _look(self) -> object:
+        """What the arbiter sees besides the books (who is bound to each GPU, parked or
+        resident, and since when): the clock, the idle clock, who waits to be restored, and
+        the GPUs that people's starts short of them want (`_may_come_back`)."""
+        people = [w.gpus for w in self.people_short()]
+        return self.now, dict(self.idle.idle_since), set(self.waking), people
 
     def _bound(self, unit_id: str) -> list[Bound]:
         bound = []
