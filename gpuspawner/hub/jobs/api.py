@@ -27,6 +27,7 @@ user's jobs are 403 whether or not they exist. A report needs
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from jupyterhub.scopes import has_scope
@@ -69,8 +70,12 @@ class JobsHandler(Served, JSONHandler):
             raise web.HTTPError(404, f"{user.name} has no job {number}")
         return job
 
-    def as_json(self, job: Job) -> dict[str, Any]:
-        return job_view(job, self.board(), self.base_url)
+    def as_json(self, job: Job, places: Mapping[int, int] | None = None) -> dict[str, Any]:
+        return job_view(job, self.board(), self.base_url, places)
+
+    def as_list(self, jobs: Iterable[Job]) -> list[dict[str, Any]]:
+        places = self.board().places()
+        return [self.as_json(j, places) for j in jobs]
 
 
 class UserJobsHandler(JobsHandler):
@@ -78,7 +83,7 @@ class UserJobsHandler(JobsHandler):
         access.require_jobs(self, user_name, read=True)
         user = self._owner(user_name)
         page = self.board().jobs_of(user.id, self._limit(), self._after(user))
-        self._answer({"jobs": [self.as_json(j) for j in page.jobs], "next_after": page.next_after})
+        self._answer({"jobs": self.as_list(page.jobs), "next_after": page.next_after})
 
     def _limit(self) -> int:
         text = self.get_argument("limit", str(ENDED_PER_PAGE))
@@ -152,7 +157,7 @@ class ProfilesHandler(JobsHandler):
 class AllJobsHandler(JobsHandler):
     def get(self) -> None:
         access.require(self, access.READ)
-        self._answer({"jobs": [self.as_json(j) for j in self.board().unfinished()]})
+        self._answer({"jobs": self.as_list(self.board().unfinished())})
 
 
 class ReportHandler(JobsHandler):

@@ -4,6 +4,7 @@ use now, and the hints those numbers give)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from jupyterhub.utils import url_escape_path, url_path_join
@@ -15,8 +16,12 @@ from ...records.jobs import Job
 from .board import JobBoard
 
 
-def job_view(job: Job, jobs: JobBoard, base_url: str) -> dict[str, Any]:
+def job_view(
+    job: Job, jobs: JobBoard, base_url: str, places: Mapping[int, int] | None = None
+) -> dict[str, Any]:
+    """`places`: the board's `places()`, where many jobs are shown at once."""
     broker = jobs.broker
+    waiting = job.state is JobState.WAITING
     running = job.state is JobState.RUNNING
     gpus = jobs.gpu_use(job) if running else []
     progress = dict(job.progress)
@@ -27,7 +32,7 @@ def job_view(job: Job, jobs: JobBoard, base_url: str) -> dict[str, Any]:
         "user": job.user,
         **job.spec.as_json(),
         "state": str(job.state),
-        "place": jobs.place_of(job) if job.state is JobState.WAITING else None,
+        "place": (jobs.places() if places is None else places).get(job.id, 0) if waiting else None,
         "submitted": iso_utc(job.submitted),
         "started": iso_utc(job.started),
         "ended": iso_utc(job.ended),

@@ -52,8 +52,9 @@ class PoolReport(Served):
         }
         if isinstance(jobs, JobBoard):
             ended = jobs.ended_since(broker.clock() - ENDED_JOBS_SHOWN)
-            report["jobs"] = [job_view(j, jobs, self.base_url) for j in jobs.unfinished()]
-            report["ended_jobs"] = [job_view(j, jobs, self.base_url) for j in ended]
+            places = jobs.places()
+            report["jobs"] = [job_view(j, jobs, self.base_url, places) for j in jobs.unfinished()]
+            report["ended_jobs"] = [job_view(j, jobs, self.base_url, places) for j in ended]
         return report
 
     def _holder_now(self: Any, grant: Grant) -> HolderNow:
