@@ -7,6 +7,7 @@ can only come through the broker's own calls (mypy checks it).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import StrEnum
 from fractions import Fraction
 from typing import Protocol
@@ -23,6 +24,9 @@ class DeviceState(StrEnum):
     UNHEALTHY = "unhealthy"
     EXTERNAL = "external"
     DRAINED = "drained"  # free, but a drain of the calendar holds it out (never the pool's)
+    # free to take, but parked work waits on it: its container can still reach the GPU
+    # (never the pool's: what the GPUs page and API say, `hub.web.report`)
+    PARKED = "parked"
 
 
 class PoolView(Protocol):
@@ -77,3 +81,13 @@ class PoolView(Protocol):
     def externals(self) -> dict[str, str]: ...
 
     def unreachable(self) -> dict[str, str]: ...
+
+
+def with_parked(states: Mapping[str, DeviceState], pool: PoolView) -> dict[str, DeviceState]:
+    """`states` as admins read them (the GPUs page and API, the metrics): a free unit with
+    parked work waiting on it reads parked. A start may take it, but a container can still
+    reach it, and free is said only where none can."""
+    return {
+        unit: DeviceState.PARKED if state is DeviceState.FREE and pool.bound_to(unit) else state
+        for unit, state in states.items()
+    }

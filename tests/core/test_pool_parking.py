@@ -11,6 +11,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from gpuspawner.core.grants import Holder
 from gpuspawner.core.limits import LimitExceeded
 from gpuspawner.core.pool import AlreadyHolding, NotEnoughGPUs, NotParkable, Pool, StillLent
+from gpuspawner.core.pool_view import DeviceState, with_parked
 from gpuspawner.core.units import Request
 
 UUIDS = [f"GPU-{i}" for i in range(4)]
@@ -39,6 +40,21 @@ def test_a_parked_jobs_gpu_is_lent_to_a_person_and_comes_back_to_the_job():
     back = pool.restore(training.key)
     assert back.uuids == training.uuids and not back.parked
     assert pool.holder_of(UUIDS[0]) == back and pool.bound_to(UUIDS[0]) == []
+
+
+def test_admins_read_a_free_gpu_with_parked_work_on_it_as_parked_not_free():
+    # a start may take it, but the parked container can still reach it: free is said only
+    # where no container can (the GPUs page and API, the metrics)
+    pool = Pool(UUIDS[:2])
+    parked = pool.park(pool.allocate(job(1), 1).key)
+    [unit] = [u.id for u in parked.units]
+    shown = with_parked(pool.states(), pool)
+    assert shown[unit] is DeviceState.PARKED and pool.states()[unit] is DeviceState.FREE
+    assert list(shown.values()).count(DeviceState.FREE) == 1
+    alice = pool.allocate(person(2), 1)  # the free one first; then the parked one is taken
+    bob = pool.allocate(person(3), 1)
+    assert bob.uuids == parked.uuids and alice.uuids != parked.uuids
+    assert with_parked(pool.states(), pool)[unit] is DeviceState.ALLOCATED
 
 
 def test_free_gpus_are_taken_before_parked_work_is_disturbed():

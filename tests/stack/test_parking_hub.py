@@ -315,7 +315,7 @@ def person_on_gpu(hub: Hub, load_file, user: str, profile="light-1") -> tuple[st
 def test_an_idle_persons_gpu_runs_a_job_meanwhile_and_comes_back_when_they_return(hub, load_file):
     uuid, load = person_on_gpu(hub, load_file, "carol")
     wait_residency(hub, "carol", "parked")  # past gpu_idle_timeout: parked, not stopped
-    assert hub.server_model("carol")["ready"] and hub.gpu_states() == {uuid: "free"}
+    assert hub.server_model("carol")["ready"] and hub.gpu_states() == {uuid: "parked"}
 
     running, lent, load = running_on_gpu(hub, load_file, beside=load)
     assert lent == uuid  # on carol's GPU, lent

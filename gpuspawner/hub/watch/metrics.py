@@ -23,6 +23,7 @@ from prometheus_client.registry import Collector
 
 from ...core.jobs import FINAL, IGNORED, JobState
 from ...core.pool import DeviceState
+from ...core.pool_view import with_parked
 from ...core.units import Kind
 from ...core.words import NO_GROUP
 from ..base.counters import BOOKED_GPU_SECONDS, ENGINE_ERRORS, GPU_SECONDS_BUSY, GPU_SECONDS_HELD
@@ -42,14 +43,14 @@ class PoolCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         broker = self.broker
         pool = broker.pool
-        states = broker.calendar.states(pool)  # a drained GPU is counted drained, not free
+        states = with_parked(broker.calendar.states(pool), pool)  # drained, parked: not free
         units = pool.units
         by_state = GaugeMetricFamily(
             "gpuspawner_gpus",
             "GPUs in the pool by state, in GPU-equivalents (a MIG instance: its share of its "
             "GPU; a shared GPU's slot: 1/slots). Stopping: the server ended, Docker has not "
             "yet confirmed its container gone. Drained: free, but a drain of the calendar "
-            "holds it out.",
+            "holds it out. Parked: free to take, with parked work waiting on it.",
             labels=["state"],
         )
         by_kind = GaugeMetricFamily(

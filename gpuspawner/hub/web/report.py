@@ -20,6 +20,7 @@ from typing import Any
 
 from ...core.nodes import counts_by_node
 from ...core.pool import DeviceState, Grant
+from ...core.pool_view import with_parked
 from ...core.usage import WEEK, report_rows
 from ..books import budgets
 from ..books.broker import Broker
@@ -42,7 +43,7 @@ def pool_report(
     broker: Broker, holder_now: Callable[[Grant], HolderNow] = as_labelled
 ) -> dict[str, Any]:
     pool, telemetry = broker.pool, broker.telemetry
-    states = broker.calendar.states(pool)  # a drained GPU reads drained, not free
+    states = with_parked(broker.calendar.states(pool), pool)  # drained, parked: not free
     drained = broker.calendar.drained()
     rows = []
     for unit in pool.units:
