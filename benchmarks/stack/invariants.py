@@ -2,9 +2,9 @@
 pool as the hub reports it (`GET /hub/api/gpus`) and the containers as Docker lists them.
 
 - never two holders on one GPU, unless the books say the others are parked there;
-- no running container on a GPU the pool calls free (`parked_on_free` where the books
-  say each such container is parked there: none of its work is on the GPU, but a GPU
-  free in the report with parked work waiting to come back on it is counted apart);
+- no running container on a GPU the pool calls free, or free to take (`parked`: nobody
+  holds it, parked work waits on it) but for the parked work's own; and none on a GPU the
+  pool calls free at all, parked or not (`parked_on_free`: the report must say parked);
 - no GPU held after its container is gone (past `GONE_GRACE`: the books release a GPU
   when Docker says its container is gone, which the monitor learns within its tick);
 - at the end (and after a hub restart) the books equal Docker's word: each GPU's holder
@@ -118,10 +118,15 @@ class Watch:
             there = running.get(gpu.uuid, set())
             parked = set(gpu.parked) | set(before[gpu.uuid].parked if gpu.uuid in before else ())
             earlier = before.get(gpu.uuid)
-            free = gpu.state == "free" and (earlier is None or earlier.state == "free")
+
+            def reads(*states: str, gpu: Gpu = gpu, earlier: Gpu | None = earlier) -> bool:
+                return gpu.state in states and (earlier is None or earlier.state in states)
+
+            free = reads("free")
+            nobodys = reads("free", "parked")  # parked: free to take, parked work on it
             breached = [
                 ("two_holders", len(there) > 1 + len(parked & there)),
-                ("running_on_free", free and bool(there - parked)),
+                ("running_on_free", nobodys and bool(there - parked)),
                 ("parked_on_free", free and bool(there) and there <= parked),
                 ("held_after_gone", gpu.holder is not None
                  and self._gone_too_long(gpu, there, sample.at)),

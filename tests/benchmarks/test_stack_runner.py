@@ -161,6 +161,11 @@ def test_a_running_container_on_a_gpu_free_in_both_reads_breaches():
     two = [*on, Running(*JOB, ("GPU-0",))]
     found = watch.check(sample(4, both_parked, two))
     assert (found["running_on_free"], found["parked_on_free"]) == (0, 1)
+    said_parked = [gpu("GPU-0", "parked", None, [ANN])]  # free to take, ann's work on it
+    found = watch.check(sample(5, said_parked, on))
+    assert (found["running_on_free"], found["parked_on_free"]) == (0, 0)
+    found = watch.check(sample(6, said_parked, two))  # rob's job on it, parked nowhere
+    assert (found["running_on_free"], found["parked_on_free"]) == (1, 0)
 
 
 def test_a_gpu_held_past_the_grace_after_its_container_went_breaches_and_a_start_does_not():
