@@ -12,11 +12,7 @@ started (it has the least work to lose). A job is never chosen
 - or when the start is the same user's (nobody is stopped for themselves).
 
 No more jobs give way than the start needs: after the first enough are
-found in order, any of them whose GPUs the start can do without stays. And no
-more GPUs: where one job of no higher priority than those found, holding fewer
-GPUs than they do, would let the start in alone, it gives way instead (a 2-GPU
-job parked for a 1-GPU start left its other GPU idle beside running 1-GPU jobs,
-seen on the real stack's busiest day).
+found in order, any of them whose GPUs the start can do without stays.
 A job that gives way gets SIGTERM and its group's grace (`preempt_grace`),
 then goes back to waiting and runs again from its own checkpoint. Parking a
 job's GPU state in host memory instead is the next way of giving way: it
@@ -79,12 +75,4 @@ def giving_way(
         if fits(rest):
             chosen.remove(job)
             freed = rest
-    ceiling = max(job.priority for job in chosen)
-    smaller = [
-        job
-        for job in candidates
-        if job.priority <= ceiling and len(job.units) < len(freed) and fits(job.units)
-    ]
-    if smaller:  # the lowest priority first, then the fewest GPUs, then in order
-        return [min(smaller, key=lambda job: (job.priority, len(job.units)))]
     return chosen
