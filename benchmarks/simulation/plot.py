@@ -25,15 +25,15 @@ def plot_week(results: Sequence[Result], gpus: int, start: datetime, path: Path)
     )
     for ax, result in zip(axes, results, strict=True):
         o = result.outcome
-        days = [i * BIN / 1440 for i in range(len(_bins(o.held)))]
-        ax.fill_between(days, _bins(o.held), step="post", color="#c6dbef", label="held")
-        ax.fill_between(days, _bins(o.busy), step="post", color="#2171b5", label="busy")
-        ax.step(days, _bins(o.wanted), where="post", color="#cb181d", lw=1, label="waited for")
+        days = [i * BIN / 1440 for i in range(len(bins(o.held)))]
+        ax.fill_between(days, bins(o.held), step="post", color="#c6dbef", label="held")
+        ax.fill_between(days, bins(o.busy), step="post", color="#2171b5", label="busy")
+        ax.step(days, bins(o.wanted), where="post", color="#cb181d", lw=1, label="waited for")
         ax.axhline(gpus, color="0.4", lw=0.6, ls=":")
         ax.set_title(result.policy.name, loc="left", fontsize=9)
         ax.set_ylabel("GPUs", fontsize=8)
         ax.tick_params(labelsize=8)
-    top = max(gpus, *(max(_bins(r.outcome.wanted), default=0) for r in results))
+    top = max(gpus, *(max(bins(r.outcome.wanted), default=0) for r in results))
     axes[0].set_ylim(0, top + 0.5)
     labels = [(start + timedelta(days=d)).strftime("%a") for d in range(round(days[-1]) + 1)]
     axes[-1].set_xticks(range(len(labels)), labels)
@@ -44,5 +44,8 @@ def plot_week(results: Sequence[Result], gpus: int, start: datetime, path: Path)
     plt.close(figure)
 
 
-def _bins(series: Sequence[int]) -> list[float]:
-    return [sum(series[i : i + BIN]) / len(series[i : i + BIN]) for i in range(0, len(series), BIN)]
+def bins(series: Sequence[int], size: int = BIN) -> list[float]:
+    """`series` (a value a minute) averaged over bins of `size` minutes."""
+    return [
+        sum(series[i : i + size]) / len(series[i : i + size]) for i in range(0, len(series), size)
+    ]

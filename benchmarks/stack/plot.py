@@ -12,6 +12,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from simulation.plot import bins
+
 BIN = 15  # simulated minutes
 
 
@@ -31,7 +33,7 @@ def plot_slice(
 
     minutes = len(simulated["held"])
     stack = stack_bins(rows, factor, minutes)
-    theirs = {what: minute_bins(simulated[what]) for what in ("held", "busy", "wanted")}
+    theirs = {what: bins(simulated[what], BIN) for what in ("held", "busy", "wanted")}
     hours = [start.hour + start.minute / 60 + i * BIN / 60 for i in range(len(theirs["held"]))]
     figure, (top, bottom) = plt.subplots(2, 1, figsize=(10, 4.2), sharex=True, sharey=True)
     panels = (
@@ -77,7 +79,3 @@ def stack_bins(
                 bins[at] += float(row[what])
     return {what: [s / n if n else 0.0 for s, n in zip(bins, seen, strict=True)]
             for what, bins in sums.items()}  # fmt: skip
-
-
-def minute_bins(series: Sequence[int]) -> list[float]:
-    return [sum(series[i : i + BIN]) / len(series[i : i + BIN]) for i in range(0, len(series), BIN)]
