@@ -2,10 +2,12 @@
 Prints how long gpuspawner's rebuild of the pool takes (target < 2 s beyond the hub's own
 start), how long the whole restart takes, and checks the rebuilt pool is exact.
 
-The 100 servers run a tiny HTTP server instead of JupyterLab, so that 100 fit on a small
-machine; the rebuild reads only their labels and device requests, which are the same.
+The servers run a tiny HTTP server instead of JupyterLab (`figures.TINY_SERVER`), so that
+1,000 fit on a small machine; the rebuild reads only their labels and device requests,
+which are the same.
 
     .venv/bin/python benchmarks/restart_recovery.py [servers=100] [restarts=3]
+    .venv/bin/python benchmarks/restart_recovery.py 1000 1   # about 12 GB here
 """
 
 from __future__ import annotations
@@ -17,14 +19,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from figures import machine, summary
+from figures import TINY_SERVER, machine, summary
 from realhub import Hub
 
 CONFIG = """
 c.GPUSpawner.simulate_gpus = {gpus}
 c.GPUSpawner.profiles = [{{
     "display_name": "1 GPU, light", "slug": "light", "gpus": 1,
-    "spawner_override": {{"cmd": ["python3", "-m", "http.server", "8888"], "mem_limit": "64M"}},
+    "spawner_override": {server!r},
 }}]
 c.JupyterHub.cleanup_servers = False
 c.JupyterHub.concurrent_spawn_limit = 200
@@ -34,7 +36,8 @@ REBUILT = re.compile(r"books rebuilt from (\d+) container\(s\) in ([0-9.]+) s")
 
 
 def main(servers: int, restarts: int) -> None:
-    hub = Hub(Path(tempfile.mkdtemp(prefix="gpuspawner-bench-")), CONFIG.format(gpus=servers))
+    config = CONFIG.format(gpus=servers, server=TINY_SERVER)
+    hub = Hub(Path(tempfile.mkdtemp(prefix="gpuspawner-bench-")), config)
     users = [f"u{i:03d}" for i in range(servers)]
     rebuilds, restarts_s = [], []
     try:
@@ -58,6 +61,7 @@ def main(servers: int, restarts: int) -> None:
     finally:
         hub.stop()
         hub.remove_containers()
+        hub.remove_volumes()
     print(f"machine: {machine()}; {servers} running GPU containers, kill -9 then restart")
     print(f"pool rebuilt by gpuspawner:        {summary(rebuilds)}  (target < 2 s)")
     print(f"hub restart to API answering:      {summary(restarts_s)}")
