@@ -75,7 +75,7 @@ def stack_bins(
         at = int(float(row["at"]) * factor / 60 // BIN)
         if 0 <= at < count:
             seen[at] += 1
-            for what, bins in sums.items():
-                bins[at] += float(row[what])
-    return {what: [s / n if n else 0.0 for s, n in zip(bins, seen, strict=True)]
-            for what, bins in sums.items()}  # fmt: skip
+            for what, totals in sums.items():
+                totals[at] += float(row[what])
+    return {what: [s / n if n else 0.0 for s, n in zip(totals, seen, strict=True)]
+            for what, totals in sums.items()}  # fmt: skip

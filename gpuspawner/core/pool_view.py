@@ -25,7 +25,7 @@ class DeviceState(StrEnum):
     EXTERNAL = "external"
     DRAINED = "drained"  # free, but a drain of the calendar holds it out (never the pool's)
     # free to take, but parked work waits on it: its container can still reach the GPU
-    # (never the pool's: what the GPUs page and API say, `hub.web.report`)
+    # (never the pool's: what the GPUs page, the API and the metrics say, `with_parked`)
     PARKED = "parked"
 
 

@@ -95,8 +95,9 @@ class Calendar:
         return drained_now(self.windows(), self.clock())
 
     def states(self, pool: PoolView) -> dict[str, DeviceState]:
-        """Each unit's state as the form, the GPUs page, the API and the metrics show it:
-        the pool's, with free units on drained GPUs drained, as placement has them."""
+        """Each unit's state as the form shows it (the GPUs page, the API and the metrics
+        add `with_parked`): the pool's, with free units on drained GPUs drained, as
+        placement has them."""
         return with_drains(pool.states(), pool.units, self.drained())
 
     def said_to(self, user: str, lasts: float | None) -> list[str]:
