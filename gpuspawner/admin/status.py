@@ -154,7 +154,7 @@ def scan(seen: Iterable[Seen], inventory: Inventory, hub: str = "") -> Holdings:
     node's). Who holds what is read as the hub reads it (`Seen.of_hub`, `Seen.units_held`):
     another hub's server is a holder from outside, as it is to this hub."""
     holdings = Holdings()
-    units = inventory.units
+    units = {u.id: u for u in inventory.units}
     for container in seen:
         if not container.running:
             continue

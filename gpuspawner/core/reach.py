@@ -13,7 +13,7 @@ simulated machine's GPU, and reaches none of its own.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 NO_GPU_VALUES = frozenset({"", "void", "none"})  # NVIDIA_VISIBLE_DEVICES meaning no GPU
@@ -39,7 +39,7 @@ class Reach:
         return Reach(self.ids | other.ids, max(self.first, other.first), self.every or other.every)
 
     def uuids(
-        self, by_index: Mapping[str, str], known: Sequence[str], names_only: bool = False
+        self, by_index: Mapping[str, str], known: Collection[str], names_only: bool = False
     ) -> frozenset[str]:
         """The UUIDs among `known`, with indices resolved by `by_index` (index text → UUID).
         `names_only`: the machine's GPUs are reached only by their own names (a simulated

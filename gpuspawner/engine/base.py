@@ -9,7 +9,7 @@ on the broker's side of this seam imports `docker`.
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -73,15 +73,15 @@ class Seen:
             return self.server.hub == hub
         return self.name.startswith(f"{hub}-")
 
-    def units_held(self, reached: Collection[str], units: Iterable[Unit]) -> list[str]:
-        """The units (by id) a running server holds, of `units`: those its labels name that
+    def units_held(self, reached: Collection[str], by_id: Mapping[str, Unit]) -> list[str]:
+        """The units (by id) a running server holds, of `by_id`'s: those its labels name that
         its device request reaches (`reached`). Containers labelled before units were
         (gpuspawner 0.1) name none: theirs are the whole GPUs and MIG instances they reach.
         A shared GPU's slot is never guessed: a container reaching a shared GPU without
-        naming its slot holds none, and the GPU stays out of the pool while it runs."""
+        naming its slot holds none, and the GPU stays out of the pool while it runs.
+        `by_id`: the units by id, made once for all the containers a look reads."""
         if self.server is None:
             return []
-        by_id = {u.id: u for u in units}
         if self.server.units:
             return [i for i in self.server.units if i in by_id and by_id[i].device in reached]
         return sorted(i for i, u in by_id.items() if u.device in reached and u.kind.held_by_reach)

@@ -55,6 +55,7 @@ def adopt(
     log: logging.Logger,
 ) -> None:
     """Adopt the GPUs of `hub`'s running servers (see `Broker.recover`)."""
+    units = {u.id: u for u in pool.units}
     for container in sorted(containers, key=lambda seen: known.ids_of(seen) is None):
         if container.label_problem:
             log.error(
@@ -78,7 +79,7 @@ def adopt(
         holder = Holder(ids[0], ids[1], labels.user, labels.server, job)
         try:
             held = container.units_held(
-                site.inventory.reached(container.reach, container.node), pool.units
+                site.inventory.reached(container.reach, container.node), units
             )
             parked = ids[0] in known.parked
             grant = pool.adopt(
