@@ -77,3 +77,26 @@ def test_parking_off_with_turns_is_a_config_error(tmp_path):
     profile = {"slug": "turns", "display_name": "In turns", "gpus": 1, "turns": True}
     with pytest.raises(GPUConfigError, match=r"set c\.GPUSpawner\.parking = True"):
         configured(tmp_path, profiles=[profile])
+
+
+def test_the_servers_the_database_says_run_are_known_by_id_and_by_name():
+    """What the rebuild adopts (a named server too); a stopped server is not known."""
+    from gpuspawner.hub.parts import _known_servers
+
+    db = an_app().db
+    for name, servers in {"ann": ["", "train"], "bob": [""]}.items():
+        user = orm.User(name=name)
+        db.add(user)
+        db.flush()
+        for server in servers:
+            running = orm.Server() if (name, server) != ("bob", "") else None
+            db.add_all([running] if running else [])
+            db.flush()
+            db.add(orm.Spawner(user=user, name=server, server=running))
+    db.commit()
+    spawners = {(s.user.name, s.name): (s.id, s.user_id) for s in db.query(orm.Spawner)}
+    known = _known_servers(db, {(1, "train")}, {})
+    running = [spawners["ann", ""], spawners["ann", "train"]]
+    assert known.by_name == {("ann", ""): running[0], ("ann", "train"): running[1]}
+    assert known.ids == frozenset(running)
+    assert known.jobs == {(1, "train")}
