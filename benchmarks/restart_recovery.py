@@ -49,7 +49,8 @@ def main(servers: int, restarts: int) -> None:
             hub.kill()
             hub.log_file.write_text("")
             started = time.perf_counter()
-            hub.start()
+            hub.start(wait=False)
+            hub.wait_until_up(timeout=60 + servers)  # JupyterHub checks every server first
             restarts_s.append(time.perf_counter() - started)
             count, seconds = REBUILT.search(hub.log()).groups()
             assert int(count) == servers, count

@@ -139,7 +139,9 @@ def base_config(token: str, prefix: str, hub_ip: str) -> str:
         # Homes as GPUSpawner's default keeps them, named for this hub (the session check and
         # remove_volumes find them by the prefix), so no test touches a real user's home.
         c.DockerSpawner.volumes = {{"{{prefix}}-home-{{username}}": "/home/jovyan"}}
-        c.DockerSpawner.poll_interval = 1
+        # JupyterHub polls each server at its default 30 s, as on a site; a module whose servers
+        # end where only that poll sees them sets its own: a poll a second of every server by
+        # every hub kept the hubs and dockerd busy on two cores shared by the whole suite.
         c.DockerSpawner.start_timeout = 60
         c.DockerSpawner.http_timeout = 60
         c.JupyterHub.hub_ip = {hub_ip!r}

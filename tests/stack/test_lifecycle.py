@@ -40,6 +40,8 @@ def hub(hub_factory, load_file) -> Hub:
 c.GPUSpawner.simulate_gpus = 4
 c.GPUSpawner.simulated_load_file = {str(load_file)!r}
 c.GPUSpawner.monitor_interval = 0.5
+# A server killed, or a CPU one ended by a Docker restart: only JupyterHub's poll sees it end
+c.DockerSpawner.poll_interval = 1
 c.GPUSpawner.avoid_gpus_with_foreign_processes = True
 c.JupyterHub.cleanup_servers = False
 """

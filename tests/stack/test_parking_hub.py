@@ -39,7 +39,7 @@ c.GPUSpawner.profiles = [
       "spawner_override": {light!r}}},
     {{"display_name": "1 GPU, in turns", "slug": "turns-1", "gpus": 1, "turns": True,
       "spawner_override": {light!r}}},
-    # JupyterHub polls these servers hourly (its default is 30 s; the tests' hubs 1 s)
+    # JupyterHub polls these servers hourly (its default is 30 s)
     {{"display_name": "1 GPU, polled hourly", "slug": "quiet-1", "gpus": 1,
       "spawner_override": {{"poll_interval": 3600}}}},
 ]

@@ -21,6 +21,8 @@ from gpuspawner.hub.culler import idle_culler_service
 c.GPUSpawner.simulate_gpus = 4
 c.GPUSpawner.simulated_load_file = {load!r}
 c.GPUSpawner.monitor_interval = 0.5
+# A CPU server killed, or ended by a Docker restart: only JupyterHub's poll sees it end
+c.DockerSpawner.poll_interval = 1
 c.GPUSpawner.profiles = [
     {{"display_name": "CPU only", "slug": "cpu", "gpus": 0,
       "spawner_override": {{"image": {cpu_image!r}}}}},

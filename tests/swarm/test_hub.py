@@ -40,6 +40,7 @@ c.JupyterHub.hub_ip = "10.250.0.1"  # the bed's host side, which its nodes reach
 c.DockerSpawner.pull_policy = "skip"  # the images are loaded into each node
 c.GPUSpawner.placement = "spread"
 c.GPUSpawner.monitor_interval = 1
+c.DockerSpawner.poll_interval = 1  # a dead node's servers: JupyterHub's poll sees them end
 c.SwarmGPUSpawner.node_down_grace = 5
 c.SwarmGPUSpawner.agent_port = {AGENT_PORT}
 c.SwarmGPUSpawner.agent_token = {AGENT_TOKEN!r}
